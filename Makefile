@@ -1,0 +1,59 @@
+# fusionwatch — every target installs what it needs into .venv first.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEVSTAMP:= $(VENV)/.installed-dev
+EXPSTAMP:= $(VENV)/.installed-export
+HOST    ?= 127.0.0.1
+PORT    ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: install install-dev install-export install-gpu run test bench conformance lint fixtures clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(DEVSTAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP) $@
+
+# torch must come from the local CPU wheel (pip finds it on this machine's disk); see tools/make_fixtures.py.
+$(EXPSTAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,export]'
+	touch $(STAMP) $(DEVSTAMP) $@
+
+install: $(STAMP)
+install-dev: $(DEVSTAMP)
+install-export: $(EXPSTAMP)
+
+# onnxruntime-gpu and onnxruntime share the import name; swap one for the other.
+install-gpu: $(STAMP)
+	$(BIN)/pip uninstall -q -y onnxruntime
+	$(BIN)/pip install -q -e '.[gpu]'
+
+run: $(STAMP)
+	$(BIN)/fusionwatch serve --host $(HOST) --port $(PORT)
+
+test: $(DEVSTAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(EXPSTAMP)
+	$(BIN)/python -m bench
+
+conformance: $(DEVSTAMP)
+	$(BIN)/python -m runtime.conformance
+
+lint: $(DEVSTAMP)
+	$(BIN)/ruff check .
+
+fixtures: $(EXPSTAMP)
+	$(BIN)/python tools/make_fixtures.py
+
+clean:
+	rm -rf $(VENV) var/*.db .pytest_cache

@@ -1,0 +1,26 @@
+"""fusionwatch's own ONNX graph optimizer: ONNX Runtime-compatible levels, rules and reports.
+
+    from optimizer import optimize
+    result = optimize("model.onnx", level="extended")
+    result.report.fusions      # {"com.microsoft.BiasGelu": 2, ...}
+    result.report.near_misses  # why the rest did not fuse
+"""
+
+from optimizer.levels import LEVEL_NAMES, LEVELS, known_rule_names, rules_for_level
+from optimizer.model_io import ModelLoadError, load_model, save_model
+from optimizer.driver import optimize
+from optimizer.report import NearMiss, OptimizeReport, OptimizeResult
+
+__all__ = [
+    "LEVEL_NAMES",
+    "LEVELS",
+    "ModelLoadError",
+    "NearMiss",
+    "OptimizeReport",
+    "OptimizeResult",
+    "known_rule_names",
+    "load_model",
+    "optimize",
+    "rules_for_level",
+    "save_model",
+]

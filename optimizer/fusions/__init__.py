@@ -1,0 +1,1 @@
+"""One module per fusion rule; optimizer/levels.py lists them in order."""

@@ -1,0 +1,141 @@
+"""Small questions rules ask about a graph while matching.
+
+Each helper answers one question and returns `None` when the answer is "no", so a rule
+reads top to bottom and writes its own near-miss reason at each step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+MS = "com.microsoft"
+# Domains whose ops we understand; anything else is a custom op and a fusion barrier.
+KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", MS})
+
+
+def op_key(node: ir.Node) -> str:
+    """'Op' for the ONNX domain, 'domain.Op' otherwise — how ONNX Runtime's tests count ops."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    return f"{domain}.{node.op_type}" if domain else node.op_type
+
+
+def is_op(node: ir.Node | None, op_type: str, domain: str = "") -> bool:
+    if node is None or node.op_type != op_type:
+        return False
+    return (node.domain or "") in ((domain,) if domain else ("", "ai.onnx"))
+
+
+def is_custom(node: ir.Node) -> bool:
+    return node.domain not in KNOWN_DOMAINS
+
+
+def describe(node: ir.Node | None) -> str:
+    """How a node is named in a near-miss message."""
+    if node is None:
+        return "a graph input or initializer"
+    text = f"{op_key(node)} '{node.name}'" if node.name else op_key(node)
+    if is_custom(node):
+        text += " (custom op, a fusion barrier)"
+    return text
+
+
+def value_name(value: ir.Value | None) -> str:
+    return "<missing>" if value is None else (value.name or "<unnamed>")
+
+
+def opset(graph: ir.Graph, domain: str = "") -> int:
+    imports = graph.opset_imports
+    if domain == "":
+        return imports.get("", imports.get("ai.onnx", 1))
+    return imports.get(domain, 1)
+
+
+def input_at(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def producer(value: ir.Value | None) -> ir.Node | None:
+    return None if value is None else value.producer()
+
+
+def consumers(value: ir.Value) -> list[ir.Node]:
+    """Distinct consuming nodes (a node that reads a value twice is listed once)."""
+    seen: dict[int, ir.Node] = {}
+    for node, _ in value.uses():
+        seen.setdefault(id(node), node)
+    return list(seen.values())
+
+
+def sole_consumer(value: ir.Value) -> ir.Node | None:
+    """The one node reading `value`, or None if zero or several read it or it is a graph output."""
+    users = consumers(value)
+    if len(users) != 1 or value.is_graph_output():
+        return None
+    return users[0]
+
+
+def const_array(value: ir.Value | None) -> np.ndarray | None:
+    """The value's constant content (initializer or Constant node output), or None."""
+    if value is None:
+        return None
+    if value.const_value is not None and not value.is_graph_input():
+        return value.const_value.numpy()
+    node = value.producer()
+    if node is not None and is_op(node, "Constant") and "value" in node.attributes:
+        return node.attributes["value"].as_tensor().numpy()
+    return None
+
+
+def const_scalar(value: ir.Value | None) -> float | None:
+    """A constant holding exactly one element, as a float; None otherwise."""
+    array = const_array(value)
+    if array is None or array.size != 1:
+        return None
+    return float(array.reshape(()))
+
+
+def is_const_close(value: ir.Value | None, expected: float, rtol: float = 1e-3) -> bool:
+    scalar = const_scalar(value)
+    return scalar is not None and bool(np.isclose(scalar, expected, rtol=rtol, atol=1e-6))
+
+
+def rank(value: ir.Value | None) -> int | None:
+    if value is None:
+        return None
+    if value.shape is not None:
+        return len(value.shape)
+    array = const_array(value)
+    return None if array is None else array.ndim
+
+
+def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    """The shape when every dimension is a known integer."""
+    if value is None:
+        return None
+    array = const_array(value)
+    if array is not None:
+        return tuple(array.shape)
+    if value.shape is None or not all(isinstance(d, int) for d in value.shape):
+        return None
+    return tuple(value.shape)
+
+
+def attr(node: ir.Node, name: str, default=None):
+    """A node attribute as a plain Python value (int, float, str, list, numpy array)."""
+    attribute = node.attributes.get(name)
+    if attribute is None:
+        return default
+    if attribute.type == ir.AttributeType.TENSOR:
+        return attribute.as_tensor().numpy()
+    return attribute.value
+
+
+def other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
+    """For a binary node fed by `value`, its other input."""
+    a, b = input_at(node, 0), input_at(node, 1)
+    if a is value:
+        return b
+    if b is value:
+        return a
+    return None

@@ -1,0 +1,83 @@
+"""What a fusion rule is: an anchor op, a `match` that explains itself, and a `rewrite`.
+
+A rule looks at one anchor node at a time. `match` returns
+  - `None` when the node is not a candidate at all (nothing worth telling a user),
+  - `fail(step, reason)` when the pattern matched partly — this is a *near miss*, and the
+    reason is shown to users verbatim, so write it for them ("consumer Gelu is domain ''
+    opset 20"), not for a debugger,
+  - a `Match` naming the nodes to remove and the values the rewrite will replace.
+The driver (optimizer/optimize.py) checks the safety rules every fusion shares — no
+intermediate value may be a graph output or feed a node outside the match — so each
+rule only describes its own pattern.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import onnx_ir as ir
+
+
+@dataclass
+class Fail:
+    """A near miss: the step of the pattern where matching stopped, and why."""
+
+    step: str
+    reason: str
+    node: ir.Node | None = None  # the node that broke the pattern, when there is one
+
+
+def fail(step: str, reason: str, node: ir.Node | None = None) -> Fail:
+    return Fail(step, reason, node)
+
+
+@dataclass
+class Match:
+    """A matched pattern.
+
+    `nodes` are removed by the rewrite; `outputs` are the values of the old subgraph that
+    the rewrite's new nodes replace (in the same order as `Rule.rewrite` returns them).
+    Any other output of `nodes` must stay inside the match. `captures` holds whatever the
+    rule needs in `rewrite` (inputs, constants, attributes).
+    """
+
+    nodes: list[ir.Node]
+    outputs: list[ir.Value]
+    captures: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.captures[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class Rule:
+    """Base class of every optimizer rule.
+
+    `name` is ONNX Runtime's transformer name, so a user's `disabled_optimizers` list carries
+    over. `anchors` are op keys ("Add", "com.microsoft.Gelu") the rule is offered; the driver
+    indexes rules by anchor so most rules never see most nodes. A rule with no anchors is a
+    whole-graph pass: its `run_on_graph` is called once per round instead.
+    """
+
+    name: ClassVar[str] = ""
+    anchors: ClassVar[tuple[str, ...]] = ()
+
+    def match(self, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
+        raise NotImplementedError
+
+    def rewrite(self, graph: ir.Graph, match: Match) -> list[ir.Node]:
+        """Build the replacement nodes; return them with outputs in `match.outputs` order.
+
+        The driver inserts them, rewires consumers and removes `match.nodes`.
+        """
+        raise NotImplementedError
+
+    def run_on_graph(self, graph: ir.Graph) -> int:
+        """Whole-graph passes (constant folding, say) override this; returns how many times it fired."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.name
