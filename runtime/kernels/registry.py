@@ -1,0 +1,71 @@
+"""The kernel registry: an explicit list of kernel families, looked up by (domain, op, opset).
+
+For a node, the kernel with the highest `since_version` not above the model's opset for
+its domain is chosen, as ONNX Runtime and the ONNX reference evaluator do.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from runtime.kernels.base import Kernel
+
+# Each family module ends with `KERNELS = [...]`; uncomment a line when its module lands.
+# from runtime.kernels import elementwise
+# from runtime.kernels import activation
+# from runtime.kernels import reduction
+# from runtime.kernels import tensor
+# from runtime.kernels import indexing
+# from runtime.kernels import linalg
+# from runtime.kernels import conv
+# from runtime.kernels import pool
+# from runtime.kernels import normalization
+# from runtime.kernels import control_flow
+# from runtime.kernels import contrib_activation
+# from runtime.kernels import contrib_normalization
+# from runtime.kernels import contrib_attention
+# from runtime.kernels import contrib_linear
+
+FAMILIES: list = [
+    # elementwise,
+    # activation,
+    # reduction,
+    # tensor,
+    # indexing,
+    # linalg,
+    # conv,
+    # pool,
+    # normalization,
+    # control_flow,
+    # contrib_activation,
+    # contrib_normalization,
+    # contrib_attention,
+    # contrib_linear,
+]
+
+KERNELS: list[type[Kernel]] = [kernel for family in FAMILIES for kernel in family.KERNELS]
+
+
+def _normalize_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+_BY_OP: dict[tuple[str, str], list[type[Kernel]]] = defaultdict(list)
+for _kernel in KERNELS:
+    _BY_OP[(_normalize_domain(_kernel.domain), _kernel.op_type)].append(_kernel)
+for _versions in _BY_OP.values():
+    _versions.sort(key=lambda k: k.since_version)
+
+
+def find_kernel(domain: str, op_type: str, opset: int) -> type[Kernel] | None:
+    """The kernel class for an op at a model's opset, or None when we have none."""
+    best = None
+    for kernel in _BY_OP.get((_normalize_domain(domain), op_type), ()):
+        if kernel.since_version <= opset:
+            best = kernel
+    return best
+
+
+def claimed_ops() -> list[tuple[str, str]]:
+    """Every (domain, op_type) some kernel implements, for error messages and conformance."""
+    return sorted(_BY_OP)
