@@ -1,0 +1,95 @@
+"""The `fusionwatch` command line: the optimizer's CLI contract and the service's launcher.
+
+`fusionwatch optimize MODEL --json` prints exactly one JSON object on stdout; other tools
+(CI scripts, the service's tests) rely on its keys: level, nodes_before, nodes_after,
+ops_after, fusions, rules, graph_hash, near_misses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
+
+app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
+err = Console(stderr=True)
+
+
+@app.command("optimize")
+def optimize_command(
+    model: Annotated[Path, typer.Argument(help="ONNX model file")],
+    level: Annotated[str, typer.Option("--level", "-l", help=f"one of {', '.join(LEVEL_NAMES)}")] = "all",
+    disable: Annotated[list[str], typer.Option("--disable", help="rule name to skip (repeatable)")] = [],  # noqa: B006
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="write the optimized model here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    explain: Annotated[str | None, typer.Option("--explain", help="show why RULE did not fire")] = None,
+    gelu_approximation: Annotated[bool, typer.Option("--gelu-approximation", help="allow Gelu -> FastGelu")] = False,
+) -> None:
+    """Optimize MODEL with fusionwatch's optimizer and report what fused and what nearly did."""
+    try:
+        result = optimize(
+            model, level=level, disabled=disable, enable_gelu_approximation=gelu_approximation, output=output
+        )
+    except (ModelLoadError, ValueError) as error:
+        err.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+    report = result.report
+    if explain is not None:
+        known = set(report.rules)
+        if explain not in known:
+            err.print(f"[red]error:[/red] rule {explain!r} did not run at level {level}; ran: {', '.join(sorted(known))}")
+            raise typer.Exit(2)
+    if as_json:
+        data = report.to_dict()
+        if explain is not None:
+            data["explain"] = [m.message for m in report.explain(explain)]
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    _print_report(report, explain)
+
+
+def _print_report(report: OptimizeReport, explain: str | None) -> None:
+    console = Console()
+    console.print(
+        f"level [bold]{report.level}[/bold]: {report.nodes_before} → {report.nodes_after} nodes "
+        f"in {report.total_ms:.1f} ms, graph hash {report.graph_hash}"
+    )
+    fusions = Table("fused op", "count", title="Fusions")
+    for op, count in report.fusions.items():
+        fusions.add_row(op, str(count))
+    console.print(fusions)
+    rules = Table("rule", "fired", "ms", title="Rules")
+    for name, stats in report.rules.items():
+        rules.add_row(name, str(stats.fired), f"{stats.ms:.2f}")
+    console.print(rules)
+    misses = report.explain(explain) if explain else report.near_misses
+    if misses:
+        table = Table("rule", "anchor", "why it did not fire", title="Near misses")
+        for miss in misses:
+            table.add_row(miss.rule, miss.anchor, miss.reason)
+        console.print(table)
+    elif explain:
+        console.print(f"{explain}: no near misses (it fired everywhere it found a candidate, or found none)")
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port")] = 8000,
+) -> None:
+    """Start the HTTP service."""
+    import uvicorn
+
+    uvicorn.run("service.app:create_app", factory=True, host=host, port=port, log_level="info")
+
+
+if __name__ == "__main__":
+    app()

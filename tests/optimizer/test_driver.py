@@ -1,0 +1,112 @@
+"""The driver's shared behaviour: levels, disabling, boundaries, near misses, hash, offline mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optimizer import LEVEL_NAMES, load_model, optimize
+
+
+def _mlp(*, gelu_domain: str = "com.microsoft", opset: int = 14, extra_outputs=(), bias_shape=(16,)):
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["mm"], name="/mlp/MatMul"),
+        helper.make_node("Add", ["mm", "b"], ["a"], name="/mlp/Add"),
+        helper.make_node("Gelu", ["a"], ["y"], name="/mlp/Gelu", domain=gelu_domain),
+    ]
+    rng = np.random.default_rng(0)
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])]
+    outputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in extra_outputs]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        outputs,
+        [
+            numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(bias_shape).astype(np.float32), "b"),
+        ],
+    )
+    imports = [helper.make_opsetid("", opset)]
+    if gelu_domain:
+        imports.append(helper.make_opsetid(gelu_domain, 1))
+    return helper.make_model(graph, opset_imports=imports)
+
+
+def test_disabled_level_changes_nothing():
+    report = optimize(_mlp(), level="disabled").report
+    assert report.nodes_before == report.nodes_after == 3
+    assert report.fusions == {} and report.rules == {}
+
+
+@pytest.mark.parametrize("level", [name for name in LEVEL_NAMES if name not in ("disabled", "basic")])
+def test_levels_from_extended_on_fuse_bias_gelu(level):
+    report = optimize(_mlp(), level=level).report
+    assert report.fusions.get("com.microsoft.BiasGelu") == 1
+    assert report.ops_after.get("com.microsoft.BiasGelu") == 1
+    assert "Add" not in report.ops_after
+
+
+def test_disabling_a_rule_by_onnxruntime_name():
+    report = optimize(_mlp(), level="all", disabled=["BiasGeluFusion"]).report
+    assert "com.microsoft.BiasGelu" not in report.ops_after
+    assert "BiasGeluFusion" not in report.rules
+    assert report.disabled == ["BiasGeluFusion"]
+
+
+def test_unknown_level_and_rule_names_are_named_in_the_error():
+    with pytest.raises(ValueError, match="unknown optimization level 'fast'"):
+        optimize(_mlp(), level="fast")
+    with pytest.raises(ValueError, match="NoSuchFusion"):
+        optimize(_mlp(), level="all", disabled=["NoSuchFusion"])
+
+
+def test_intermediate_graph_output_blocks_the_fusion_and_says_why():
+    report = optimize(_mlp(extra_outputs=["a"]), level="extended").report
+    assert "com.microsoft.BiasGelu" not in report.ops_after
+    [miss] = report.explain("BiasGeluFusion")
+    assert miss.anchor == "/mlp/Gelu"
+    assert miss.step == "boundary"
+    assert miss.message == "BiasGeluFusion at /mlp/Gelu: intermediate value 'a' is a graph output"
+
+
+def test_last_node_output_may_be_a_graph_output():
+    model = optimize(_mlp(), level="extended").model
+    assert [v.name for v in model.graph.outputs] == ["y"]
+    assert model.graph.outputs[0].producer().op_type == "BiasGelu"
+
+
+def test_near_miss_names_the_rank_of_a_bad_bias():
+    report = optimize(_mlp(bias_shape=(2, 16)), level="extended").report
+    [miss] = report.explain("BiasGeluFusion")
+    assert miss.step == "bias"
+    assert "no 1-D bias input" in miss.reason
+
+
+def test_graph_hash_ignores_weights_but_not_structure():
+    a = optimize(_mlp(), level="extended").report.graph_hash
+    other_weights = _mlp()
+    other_weights.graph.initializer[0].CopyFrom(
+        numpy_helper.from_array(np.ones((8, 16), np.float32), "w")
+    )
+    assert optimize(other_weights, level="extended").report.graph_hash == a
+    assert optimize(_mlp(), level="disabled").report.graph_hash != a
+
+
+def test_offline_mode_writes_a_model_that_loads_at_level_disabled(tmp_path):
+    path = tmp_path / "opt.onnx"
+    fused = optimize(_mlp(), level="all", output=path)
+    onnx.checker.check_model(onnx.load(path))
+    again = optimize(path, level="disabled")
+    assert again.report.ops_after == fused.report.ops_after
+    assert again.report.graph_hash == fused.report.graph_hash
+
+
+def test_ir_model_is_optimized_in_place():
+    model = load_model(_mlp())
+    result = optimize(model, level="extended")
+    assert result.model is model
+    assert isinstance(model, ir.Model)

@@ -1,0 +1,60 @@
+"""The `fusionwatch optimize` contract other tools rely on."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from service.cli import app
+from tests.optimizer.test_driver import _mlp
+
+runner = CliRunner()
+
+
+def _save(tmp_path, model, name="m.onnx"):
+    import onnx
+
+    path = tmp_path / name
+    onnx.save(model, path)
+    return path
+
+
+def test_json_output_has_the_contract_keys(tmp_path):
+    path = _save(tmp_path, _mlp(gelu_domain="", opset=20))
+    result = runner.invoke(app, ["optimize", str(path), "--level", "extended", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("level", "nodes_before", "nodes_after", "ops_after", "fusions", "rules", "graph_hash", "near_misses"):
+        assert key in data
+    assert data["ops_after"] == {"MatMul": 1, "com.microsoft.BiasGelu": 1}
+    assert data["fusions"] == {"com.microsoft.BiasGelu": 1}
+
+
+def test_explain_lists_the_rules_near_misses(tmp_path):
+    path = _save(tmp_path, _mlp(extra_outputs=["a"]))
+    result = runner.invoke(app, ["optimize", str(path), "--json", "--explain", "BiasGeluFusion"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["explain"] == [
+        "BiasGeluFusion at /mlp/Gelu: intermediate value 'a' is a graph output"
+    ]
+
+
+def test_table_output_and_offline_file(tmp_path):
+    path = _save(tmp_path, _mlp())
+    out = tmp_path / "out.onnx"
+    result = runner.invoke(app, ["optimize", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "com.microsoft.BiasGelu" in result.stdout
+    assert out.is_file()
+
+
+def test_bad_inputs_exit_2_with_the_problem_named(tmp_path):
+    missing = runner.invoke(app, ["optimize", str(tmp_path / "nope.onnx")])
+    assert missing.exit_code == 2 and "no such model file" in missing.output
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00not a model")
+    bad = runner.invoke(app, ["optimize", str(garbage)])
+    assert bad.exit_code == 2 and "garbage.onnx" in bad.output
+    level = runner.invoke(app, ["optimize", str(_save(tmp_path, _mlp())), "--level", "max"])
+    assert level.exit_code == 2 and "unknown optimization level" in level.output
