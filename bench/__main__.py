@@ -1,0 +1,168 @@
+"""`make bench`: our optimizer and executor next to onnxruntime on BERT-base, GPT-2 small, ResNet-50.
+
+Prints, per model:
+  - optimizer: load, pass time per level (loading and saving excluded) and save time, next to
+    onnxruntime's `session_initialization` at ORT_ENABLE_ALL read from its profile (which also
+    excludes model loading); target ours / onnxruntime <= 0.5 at level all.
+  - executor: median ms per level for ours and onnxruntime (ORT_SEQUENTIAL, same thread count,
+    same level), the ratio, and our fusion speedup (disabled / all).
+Writes bench/results/<model>.json with the machine's CPU and thread count.
+
+    python -m bench [--models bert_base gpt2_small resnet50] [--runs 10] [--threads 2] [--skip-runtime]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+
+from bench.models import MODELS, model_path
+from optimizer import LEVEL_NAMES, optimize, save_model
+
+RESULTS = Path(__file__).parent / "results"
+ORT_LEVELS = {
+    "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "layout": ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def feeds_for(session: ort.InferenceSession, seq: int = 128) -> dict[str, np.ndarray]:
+    """Deterministic inputs: token ids, an all-ones mask, zero segments, or a random image."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for arg in session.get_inputs():
+        shape = [d if isinstance(d, int) else (1 if i == 0 else seq) for i, d in enumerate(arg.shape)]
+        if arg.type == "tensor(int64)":
+            if "mask" in arg.name:
+                feeds[arg.name] = np.ones(shape, np.int64)
+            elif "type" in arg.name:
+                feeds[arg.name] = np.zeros(shape, np.int64)
+            else:
+                feeds[arg.name] = rng.integers(0, 1000, shape, dtype=np.int64)
+        else:
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def ort_session(path: Path, level: str, threads: int, profile: bool = False) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ORT_LEVELS[level]
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.enable_profiling = profile
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_initialization_ms(path: Path, threads: int) -> float:
+    session = ort_session(path, "all", threads, profile=True)
+    profile = Path(session.end_profiling())
+    trace = json.loads(profile.read_text())
+    profile.unlink()
+    return next(e["dur"] for e in trace if e.get("name") == "session_initialization") / 1000
+
+
+def median_ms(run, runs: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def bench_optimizer(path: Path, threads: int) -> dict:
+    rows = {}
+    for level in LEVEL_NAMES:
+        started = time.perf_counter()
+        model = ir.load(path)
+        load_ms = (time.perf_counter() - started) * 1000
+        report = optimize(model, level=level).report
+        with tempfile.TemporaryDirectory() as tmp:
+            started = time.perf_counter()
+            save_model(model, Path(tmp) / "out.onnx")
+            save_ms = (time.perf_counter() - started) * 1000
+        rows[level] = {
+            "load_ms": load_ms, "pass_ms": report.total_ms, "save_ms": save_ms,
+            "nodes_after": report.nodes_after, "fusions": report.fusions,
+        }
+    ort_ms = ort_initialization_ms(path, threads)
+    return {"levels": rows, "ort_session_initialization_ms": ort_ms, "ratio_all": rows["all"]["pass_ms"] / ort_ms}
+
+
+def bench_executor(path: Path, threads: int, runs: int) -> dict:
+    import runtime
+
+    rows = {}
+    for level in LEVEL_NAMES:
+        reference = ort_session(path, level, threads)
+        feeds = feeds_for(reference)
+        ort_ms = median_ms(lambda: reference.run(None, feeds), runs)
+        ours = runtime.InferenceSession(
+            str(path), runtime.SessionOptions(graph_optimization_level=level, intra_op_num_threads=threads)
+        )
+        our_ms = median_ms(lambda: ours.run(None, feeds), runs)
+        rows[level] = {"ours_ms": our_ms, "ort_ms": ort_ms, "ratio": our_ms / ort_ms}
+    return {"levels": rows, "fusion_speedup": rows["disabled"]["ours_ms"] / rows["all"]["ours_ms"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--skip-runtime", action="store_true", help="optimizer timings only")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    machine = {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": args.threads, "onnxruntime": ort.__version__}
+    print(f"machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, onnxruntime {ort.__version__}")
+    for name in args.models:
+        path = model_path(name)
+        result = {"model": name, "machine": machine, "optimizer": bench_optimizer(path, args.threads)}
+        opt = result["optimizer"]
+        print(f"\n{name} — optimizer (ms)")
+        print(f"  {'level':<9} {'load':>8} {'pass':>8} {'save':>8} {'nodes':>6}")
+        for level, row in opt["levels"].items():
+            print(f"  {level:<9} {row['load_ms']:8.1f} {row['pass_ms']:8.1f} {row['save_ms']:8.1f} {row['nodes_after']:6d}")
+        print(
+            f"  onnxruntime session_initialization (ORT_ENABLE_ALL): {opt['ort_session_initialization_ms']:.1f} ms;"
+            f" ours/ort at all = {opt['ratio_all']:.2f} (target <= 0.5)"
+        )
+        if not args.skip_runtime:
+            result["executor"] = bench_executor(path, args.threads, args.runs)
+            print(f"{name} — executor median ms ({args.runs} runs)")
+            print(f"  {'level':<9} {'ours':>9} {'ort':>9} {'ratio':>6}")
+            for level, row in result["executor"]["levels"].items():
+                print(f"  {level:<9} {row['ours_ms']:9.2f} {row['ort_ms']:9.2f} {row['ratio']:6.2f}")
+            print(f"  fusion speedup (disabled / all): {result['executor']['fusion_speedup']:.2f}")
+        (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
+    print(f"\nresults in {RESULTS}/")
+
+
+if __name__ == "__main__":
+    main()

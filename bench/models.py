@@ -1,0 +1,39 @@
+"""The benchmark models, exported once with random weights and cached under bench/cache/ (not in git)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CACHE = Path(__file__).parent / "cache"
+
+# name -> (exporter call, feeds builder); sizes follow the issue: BERT-base and GPT-2 small at
+# sequence 128, ResNet-50 at 224x224.
+MODELS = {
+    "bert_base": dict(
+        kind="bert", exporter="torchscript", layers=12, hidden=768, heads=12, intermediate=3072,
+        seq=128, vocab=30522, opset=14,
+    ),
+    "gpt2_small": dict(
+        kind="gpt2", exporter="torchscript", layers=12, hidden=768, heads=12, intermediate=3072,
+        seq=128, vocab=50257, opset=14,
+    ),
+    "resnet50": dict(kind="resnet"),
+}
+
+
+def model_path(name: str) -> Path:
+    """The cached model file, exported on first use (needs the `export` extra)."""
+    path = CACHE / f"{name}.onnx"
+    if path.is_file():
+        return path
+    CACHE.mkdir(parents=True, exist_ok=True)
+    from tools.make_fixtures import export_hf, export_resnet  # torch: only here, only when exporting
+
+    spec = dict(MODELS[name])
+    kind = spec.pop("kind")
+    if kind == "resnet":
+        export_resnet(path, depth=50, image=224)
+    else:
+        exporter = spec.pop("exporter")
+        export_hf(kind, exporter, path, **spec)
+    return path

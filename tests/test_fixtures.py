@@ -1,0 +1,187 @@
+"""Sanity checks for the committed ONNX fixtures in tests/models/ (made by tools/make_fixtures.py).
+
+The optimizer and runtime tests rely on these files containing specific op patterns; the op
+counts asserted here are those facts, so a regenerated fixture that silently changes shape
+(e.g. a new exporter that fuses attention itself) fails here first, with a clear message,
+instead of deep inside an optimizer test.
+
+Needs only onnx + onnxruntime (the reference executor), not torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+MODELS = Path(__file__).parent / "models"
+REPO = Path(__file__).parent.parent
+MAX_BYTES = 1_000_000
+VOCAB = 1000  # tiny HF configs in tools/make_fixtures.py
+HIDDEN = 64
+
+# Per fixture: opset, and exact counts of the ops the optimizer's fusion tests key on.
+# 0 means "must be absent" (e.g. opset-14 files cannot contain LayerNormalization).
+# Plumbing ops (Shape/Gather/Unsqueeze/Concat...) are deliberately not pinned.
+EXPECTED: dict[str, tuple[int, dict[str, int]]] = {
+    # opset 14: LayerNorm decomposed (ReduceMean x2, Sub, Pow, Add, Sqrt, Div per LN; 5 LNs),
+    # erf GELU (x*0.5*(1+Erf(x/sqrt2))) once per layer, SDPA -> MatMul/Softmax + IsNaN guard.
+    "bert_torchscript_opset14.onnx": (14, {
+        "MatMul": 16, "Softmax": 2, "Erf": 2, "ReduceMean": 10, "Pow": 5, "Sqrt": 5,
+        "IsNaN": 2, "Gemm": 1, "Tanh": 1, "LayerNormalization": 0, "Gelu": 0,
+    }),
+    # eager attention: MatMul(Q,K^T) -> Mul(1/sqrt(d)) -> Add(mask) -> Softmax -> MatMul(V),
+    # no IsNaN guard (the mask uses finfo.min, not -inf).
+    "bert_eager_torchscript_opset14.onnx": (14, {
+        "MatMul": 16, "Softmax": 2, "Erf": 2, "ReduceMean": 10, "Pow": 5, "Sqrt": 5,
+        "IsNaN": 0, "Gemm": 1, "Tanh": 1, "LayerNormalization": 0, "Gelu": 0,
+    }),
+    # opset 20: the exporter emits LayerNormalization and the Gelu op (approximate="none"),
+    # so no Erf and no ReduceMean; attention still decomposed (Attention op needs opset 23).
+    "bert_dynamo_opset20.onnx": (20, {
+        "MatMul": 16, "Softmax": 2, "LayerNormalization": 5, "Gelu": 2, "IsNaN": 2,
+        "Gemm": 1, "Tanh": 1, "Erf": 0, "ReduceMean": 0, "Attention": 0,
+    }),
+    # GPT-2 Conv1D = addmm -> Gemm (c_attn, attn c_proj, c_fc, mlp c_proj per layer);
+    # fused QKV is Split; gelu_new = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715 x^3))) -> Pow + Tanh.
+    "gpt2_torchscript_opset14.onnx": (14, {
+        "Gemm": 8, "MatMul": 4, "Softmax": 2, "Split": 2, "Tanh": 2, "Pow": 7,
+        "ReduceMean": 10, "Sqrt": 5, "IsNaN": 2, "LayerNormalization": 0, "Erf": 0, "Gelu": 0,
+    }),
+    # gelu_new stays a Pow/Tanh formula even at opset 20 (it is not torch's gelu(tanh)).
+    "gpt2_dynamo_opset20.onnx": (20, {
+        "Gemm": 8, "MatMul": 4, "Softmax": 2, "Split": 2, "Tanh": 2, "Pow": 2,
+        "LayerNormalization": 5, "IsNaN": 2, "ReduceMean": 0, "Erf": 0, "Gelu": 0, "Attention": 0,
+    }),
+    # BatchNorm is already folded into Conv by the TorchScript exporter (eval mode).
+    "resnet_tiny_opset17.onnx": (17, {
+        "Conv": 9, "Relu": 7, "Add": 2, "MaxPool": 1, "GlobalAveragePool": 1,
+        "BatchNormalization": 0,
+    }),
+}
+
+FIXTURES = sorted(EXPECTED)
+
+
+def _load(name: str) -> onnx.ModelProto:
+    return onnx.load(str(MODELS / name))
+
+
+def _histogram(model: onnx.ModelProto) -> collections.Counter:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def _feeds(sess: ort.InferenceSession, batch: int, seq: int) -> dict[str, np.ndarray]:
+    """Random but valid inputs: token ids in vocab, a padding mask, one token-type switch."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for inp in sess.get_inputs():
+        if inp.name == "input_ids":
+            feeds[inp.name] = rng.integers(0, VOCAB, (batch, seq), dtype=np.int64)
+        elif inp.name == "attention_mask":
+            mask = np.ones((batch, seq), dtype=np.int64)
+            mask[-1, seq - seq // 4:] = 0  # right padding on the last row exercises masking
+            feeds[inp.name] = mask
+        elif inp.name == "token_type_ids":
+            tt = np.zeros((batch, seq), dtype=np.int64)
+            tt[:, seq // 2:] = 1
+            feeds[inp.name] = tt
+        elif inp.name == "pixel_values":
+            feeds[inp.name] = rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)
+        else:
+            raise AssertionError(f"unexpected input {inp.name}")
+    return feeds
+
+
+def test_fixture_set_is_complete():
+    on_disk = sorted(p.name for p in MODELS.glob("*.onnx"))
+    assert on_disk == FIXTURES, "tests/models/*.onnx and EXPECTED disagree; run `make fixtures`"
+    # Self-contained files only: the dynamo exporter writes <name>.onnx.data by default.
+    assert not list(MODELS.glob("*.data")), "external-data side files found"
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_is_valid_and_small(name):
+    path = MODELS / name
+    assert path.stat().st_size < MAX_BYTES, f"{name} is {path.stat().st_size} bytes"
+    model = _load(name)
+    onnx.checker.check_model(model, full_check=True)
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    opset, _ = EXPECTED[name]
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", opset)]
+    # Only standard ONNX ops: the optimizer is what introduces fused/contrib ops.
+    assert {n.domain for n in model.graph.node} <= {""}
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_op_histogram(name):
+    _, expected = EXPECTED[name]
+    hist = _histogram(_load(name))
+    actual = {op: hist.get(op, 0) for op in expected}
+    assert actual == expected
+
+
+def test_bert_gelu_is_exact():
+    # BERT uses exact (erf) GELU, GPT-2 the tanh approximation (Pow/Tanh, see EXPECTED);
+    # a GELU fusion must not turn one into the other.
+    gelus = [n for n in _load("bert_dynamo_opset20.onnx").graph.node if n.op_type == "Gelu"]
+    approx = {
+        onnx.helper.get_attribute_value(a) for n in gelus for a in n.attribute if a.name == "approximate"
+    }
+    assert approx <= {b"none"}
+
+
+def test_layernorm_epsilons():
+    # BERT and GPT-2 use different epsilons; a LayerNorm fusion must carry them over.
+    def eps(name):
+        return {
+            onnx.helper.get_attribute_value(a)
+            for n in _load(name).graph.node if n.op_type == "LayerNormalization"
+            for a in n.attribute if a.name == "epsilon"
+        }
+    # Attributes are float32, hence the np.float32 round trip.
+    assert eps("bert_dynamo_opset20.onnx") == {np.float32(1e-12).item()}
+    assert eps("gpt2_dynamo_opset20.onnx") == {np.float32(1e-5).item()}
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("batch,seq", [(1, 16), (2, 8)])
+def test_fixture_runs_in_onnxruntime(name, batch, seq):
+    # (2, 8) proves the batch/sequence axes really are dynamic in every exporter's output.
+    sess = ort.InferenceSession(str(MODELS / name), providers=["CPUExecutionProvider"])
+    outs = sess.run(None, _feeds(sess, batch, seq))
+    for meta, out in zip(sess.get_outputs(), outs, strict=True):
+        assert out.dtype == np.float32, meta.name
+        assert out.shape[0] == batch, meta.name
+        assert np.isfinite(out).all(), f"{name}:{meta.name} has non-finite values"
+    if name.startswith(("bert", "gpt2")):
+        assert outs[0].shape == (batch, seq, HIDDEN)
+    else:
+        assert outs[0].shape == (batch, 32, 4, 4)
+
+
+def test_inventory_is_current():
+    # INVENTORY.txt is what the optimizer engineers read; keep it in sync with the files.
+    spec = importlib.util.spec_from_file_location("inventory", REPO / "tools" / "inventory.py")
+    inventory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(inventory)
+    expected = "\n\n".join(inventory.describe(MODELS / n) for n in FIXTURES) + "\n"
+    assert (MODELS / "INVENTORY.txt").read_text() == expected, "run `make fixtures` (or tools/inventory.py)"
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURES if n.startswith(("bert", "gpt2"))])
+def test_attention_mask_is_live(name):
+    # transformers skips the mask when it is all ones; an export that traced that shortcut would
+    # ignore attention_mask, and mask-handling bugs in attention fusions would go unnoticed.
+    sess = ort.InferenceSession(str(MODELS / name), providers=["CPUExecutionProvider"])
+    feeds = _feeds(sess, 1, 16)
+    feeds["attention_mask"] = np.ones((1, 16), dtype=np.int64)
+    full = sess.run(None, feeds)[0]
+    feeds["attention_mask"][0, :4] = 0  # hide the first tokens from every query
+    masked = sess.run(None, feeds)[0]
+    assert np.abs(full[0, -1] - masked[0, -1]).max() > 1e-3
