@@ -20,6 +20,7 @@ import platform
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -122,11 +123,11 @@ def bench_executor(path: Path, threads: int, runs: int) -> dict:
     for level in LEVEL_NAMES:
         reference = ort_session(path, level, threads)
         feeds = feeds_for(reference)
-        ort_ms = median_ms(lambda: reference.run(None, feeds), runs)
+        ort_ms = median_ms(partial(reference.run, None, feeds), runs)
         ours = runtime.InferenceSession(
             str(path), runtime.SessionOptions(graph_optimization_level=level, intra_op_num_threads=threads)
         )
-        our_ms = median_ms(lambda: ours.run(None, feeds), runs)
+        our_ms = median_ms(partial(ours.run, None, feeds), runs)
         rows[level] = {"ours_ms": our_ms, "ort_ms": ort_ms, "ratio": our_ms / ort_ms}
     return {"levels": rows, "fusion_speedup": rows["disabled"]["ours_ms"] / rows["all"]["ours_ms"]}
 

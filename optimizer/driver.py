@@ -14,7 +14,7 @@ from collections import Counter
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common import ShapeInferencePass
+from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
 
 from optimizer.graph_hash import graph_hash
 from optimizer.levels import LEVEL_NAMES, rules_for_level
@@ -58,6 +58,9 @@ def optimize(
             break
     else:
         log.warning("optimizer did not settle after %d rounds", MAX_ROUNDS)
+    if rules:
+        # Fusions leave weights they absorbed and shape arithmetic nobody reads any more.
+        RemoveUnusedNodesPass()(model)
     graph.sort()
     total_ms = (time.perf_counter() - started) * 1000
 
@@ -127,11 +130,12 @@ def _rewrite(rule: Rule, graph: ir.Graph, match: Match) -> None:
         new_values = [new_values]
     if len(new_values) != len(match.outputs):
         raise RuntimeError(f"{rule.name}: rewrite returned {len(new_values)} values for {len(match.outputs)} outputs")
-    for node in tape.nodes:
+    anchor = match.nodes[-1].name or match.nodes[-1].op_type
+    for index, node in enumerate(tape.nodes):
         node.meta[RULE_META_KEY] = rule.name
         graph.opset_imports.setdefault(node.domain, 1)
-        if not node.name:
-            node.name = f"{rule.name}/{match.nodes[-1].name or match.nodes[-1].op_type}"
+        if not node.name:  # onnxruntime rejects duplicate node names
+            node.name = f"{rule.name}/{anchor}" + (f"/{index}" if index else "")
     for initializer in tape.initializers:
         graph.register_initializer(initializer)
     # The producer of the first replaced output comes after every other matched node in

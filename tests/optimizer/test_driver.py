@@ -65,7 +65,8 @@ def test_unknown_level_and_rule_names_are_named_in_the_error():
 
 
 def test_intermediate_graph_output_blocks_the_fusion_and_says_why():
-    report = optimize(_mlp(extra_outputs=["a"]), level="extended").report
+    # MatMulAddFusion would otherwise take the Add the Gelu could not; keep the pattern in view.
+    report = optimize(_mlp(extra_outputs=["a"]), level="extended", disabled=["MatMulAddFusion"]).report
     assert "com.microsoft.BiasGelu" not in report.ops_after
     [miss] = report.explain("BiasGeluFusion")
     assert miss.anchor == "/mlp/Gelu"
@@ -80,10 +81,10 @@ def test_last_node_output_may_be_a_graph_output():
 
 
 def test_near_miss_names_the_rank_of_a_bad_bias():
-    report = optimize(_mlp(bias_shape=(2, 16)), level="extended").report
+    report = optimize(_mlp(bias_shape=(2, 16)), level="extended", disabled=["MatMulAddFusion"]).report
     [miss] = report.explain("BiasGeluFusion")
     assert miss.step == "bias"
-    assert "no 1-D bias input" in miss.reason
+    assert miss.reason.startswith("bias 'b' has rank 2")
 
 
 def test_graph_hash_ignores_weights_but_not_structure():

@@ -1,0 +1,186 @@
+"""AttentionFusion on today's BERT/GPT-2 exports and on small hand-built attention blocks.
+
+onnxruntime (all graph optimizations off) is the oracle: the fused com.microsoft.Attention
+must reproduce the original graph's outputs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx_ir.passes.common import ShapeInferencePass
+
+from optimizer import optimize
+from optimizer.driver import _apply
+from optimizer.fusions.attention_fusion import AttentionFusion
+from optimizer.report import RuleStats
+from tests.models import patterns
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+TRANSFORMER_FIXTURES = [
+    "bert_torchscript_opset14.onnx",  # SDPA: Q and Kᵀ each scaled by sqrt(1/sqrt(d)), NaN guard
+    "bert_eager_torchscript_opset14.onnx",  # eager: Q·Kᵀ scaled once, finfo.min mask
+    "bert_dynamo_opset20.onnx",  # dynamo SDPA: Kᵀ through a 3-D reshape + transpose
+    "gpt2_torchscript_opset14.onnx",  # Conv1D as Reshape -> Gemm -> Reshape, then Split; causal mask
+    "gpt2_dynamo_opset20.onnx",  # as above, the block output flattened to [B*S, hidden]
+]
+LAYERS = 2
+RTOL, ATOL = 1e-3, 1e-4
+
+
+def _session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3  # fused models leave the absorbed weights unused: expected
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def _fixture_feeds(session: ort.InferenceSession) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    batch, seq = 2, 16
+    feeds = {}
+    for arg in session.get_inputs():
+        if arg.name == "input_ids":
+            feeds[arg.name] = rng.integers(0, 1000, (batch, seq), dtype=np.int64)
+        elif arg.name == "attention_mask":
+            mask = np.ones((batch, seq), np.int64)
+            mask[0, 13:] = 0  # padding at the end of both rows, different lengths
+            mask[1, 9:] = 0
+            feeds[arg.name] = mask
+        else:  # token_type_ids
+            feeds[arg.name] = np.zeros((batch, seq), np.int64)
+    return feeds
+
+
+def _attention_only(model: onnx.ModelProto | str) -> tuple[ir.Model, int, list]:
+    """Run AttentionFusion alone, as the driver would, so other helpers' rules don't matter."""
+    ir_model = ir.from_proto(onnx.load(model) if isinstance(model, str) else model)
+    ShapeInferencePass(strict_mode=False)(ir_model)
+    near_misses: list = []
+    fired = _apply(AttentionFusion(), ir_model.graph, RuleStats(), near_misses)
+    ir_model.graph.sort()
+    return ir_model, fired, near_misses
+
+
+def _assert_same_outputs(original, optimized: onnx.ModelProto, feeds=None):
+    reference, fused = _session(original), _session(optimized)
+    feeds = feeds if feeds is not None else _fixture_feeds(reference)
+    for want, got in zip(reference.run(None, feeds), fused.run(None, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+# --- the exported fixtures -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", TRANSFORMER_FIXTURES)
+def test_extended_level_fuses_one_attention_per_layer(name):
+    report = optimize(str(MODELS / name), "extended").report
+    assert report.ops_after.get("com.microsoft.Attention") == LAYERS
+    assert report.rules["AttentionFusion"].fired == LAYERS
+    assert "Softmax" not in report.ops_after
+    assert [m for m in report.near_misses if m.rule == "AttentionFusion"] == []
+
+
+@pytest.mark.parametrize("name", TRANSFORMER_FIXTURES)
+def test_fused_fixture_matches_original_in_onnxruntime(name):
+    path = str(MODELS / name)
+    model, fired, near_misses = _attention_only(path)
+    assert fired == LAYERS and near_misses == []
+    ops = Counter(n.op_type for n in model.graph)
+    assert ops["Attention"] == LAYERS and ops["Softmax"] == 0
+    # Q, K, V projections and the probs@V MatMul are absorbed; only the output projection stays.
+    attention = [n for n in model.graph if n.op_type == "Attention"]
+    assert all(len(n.inputs) == 6 and n.inputs[5] is not None for n in attention)  # mask kept as bias
+    _assert_same_outputs(path, ir.to_proto(model))
+
+
+def test_fused_fixture_at_extended_level_matches_original():
+    path = str(MODELS / "bert_torchscript_opset14.onnx")
+    result = optimize(path, "extended")
+    _assert_same_outputs(path, ir.to_proto(result.model))
+
+
+# --- small blocks ----------------------------------------------------------------------------
+
+
+def _small_feeds():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((patterns.ATTN_BATCH, patterns.ATTN_SEQ, patterns.ATTN_HIDDEN)).astype(np.float32)
+    return {"x": x, "keep": patterns.attention_keep_mask()}
+
+
+@pytest.mark.parametrize("scale", ["qk", "split"])
+@pytest.mark.parametrize("qkv", ["separate", "packed"])
+@pytest.mark.parametrize("mask", [True, False])
+def test_small_block_fuses_and_matches(scale, qkv, mask):
+    original = patterns.self_attention(scale=scale, qkv=qkv, mask=mask)
+    model, fired, near_misses = _attention_only(original)
+    assert (fired, near_misses) == (1, [])
+    ops = Counter(n.op_type for n in model.graph)
+    assert ops == Counter({"Attention": 1, "Where": 1} if mask else {"Attention": 1})
+    attention = next(n for n in model.graph if n.op_type == "Attention")
+    assert attention.attributes["num_heads"].value == patterns.ATTN_HEADS
+    assert attention.attributes["scale"].value == pytest.approx(0.5)  # 1/sqrt(head size 4)
+    feeds = _small_feeds() if mask else {"x": _small_feeds()["x"]}
+    _assert_same_outputs(original, ir.to_proto(model), feeds)
+
+
+def test_packed_projection_is_reused_without_a_new_weight():
+    model, fired, _ = _attention_only(patterns.self_attention(qkv="packed"))
+    attention = next(n for n in model.graph if n.op_type == "Attention")
+    assert fired == 1 and attention.inputs[1].name == "w_qkv" and attention.inputs[2].name == "b_qkv"
+
+
+def test_intermediate_graph_output_blocks_fusion_with_boundary_reason():
+    original = patterns.self_attention(extra_outputs=("probs",))
+    report = optimize(original, "extended").report
+    assert "com.microsoft.Attention" not in report.ops_after
+    misses = [m for m in report.near_misses if m.rule == "AttentionFusion"]
+    assert len(misses) == 1
+    assert misses[0].anchor == "/attn/Softmax" and misses[0].step == "boundary"
+    assert misses[0].reason == "intermediate value 'probs' is a graph output"
+
+
+def test_custom_op_in_mask_path_is_reported_as_barrier():
+    report = optimize(patterns.self_attention(custom_mask_op=True), "extended").report
+    assert "com.microsoft.Attention" not in report.ops_after
+    (miss,) = [m for m in report.near_misses if m.rule == "AttentionFusion"]
+    assert miss.anchor == "/attn/Softmax" and miss.step == "mask"
+    assert miss.reason == "mask path contains custom op my.MaskOp '/mask/MaskOp' (custom op, a fusion barrier); its shape is unknown"
+    assert miss.barrier == "my.MaskOp"
+
+
+def test_cross_attention_is_a_near_miss():
+    """K and V read another tensor than Q: there is no packed-QKV form."""
+    original = patterns.self_attention(mask=False)
+    graph = original.graph
+    graph.input.append(onnx.helper.make_tensor_value_info("memory", onnx.TensorProto.FLOAT, [2, 4, 8]))
+    for node in graph.node:
+        if node.name in ("/attn/k/MatMul", "/attn/v/MatMul"):
+            node.input[0] = "memory"
+    _, fired, near_misses = _attention_only(original)
+    assert fired == 0
+    (miss,) = near_misses
+    assert miss.reason == "K projection reads 'memory', not the same input as Q ('x'): cross-attention has no packed-QKV fused form"
+
+
+def test_projection_from_a_gather_is_a_near_miss():
+    original = patterns.self_attention(mask=False)
+    graph = original.graph
+    graph.initializer.append(onnx.numpy_helper.from_array(np.zeros((4, 2, 4, 8), np.float32), "table"))
+    graph.initializer.append(onnx.numpy_helper.from_array(np.array(0, np.int64), "row"))
+    graph.node.insert(0, onnx.helper.make_node("Gather", ["table", "row"], ["q_gathered"], name="/attn/q/Gather"))
+    for node in graph.node:
+        if node.name == "/attn/q/Reshape":
+            node.input[0] = "q_gathered"
+    _, fired, near_misses = _attention_only(original)
+    assert fired == 0
+    (miss,) = near_misses
+    assert miss.reason == "Q projection is not MatMul+Add (or Gemm) on the block input (found Gather '/attn/q/Gather')"
