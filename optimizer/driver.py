@@ -135,7 +135,7 @@ def _rewrite(rule: Rule, graph: ir.Graph, match: Match) -> None:
         node.meta[RULE_META_KEY] = rule.name
         graph.opset_imports.setdefault(node.domain, 1)
         if not node.name:  # onnxruntime rejects duplicate node names
-            node.name = f"{rule.name}/{anchor}" + (f"/{index}" if index else "")
+            node.name = f"{rule.name}/{anchor.lstrip('/')}" + (f"/{index}" if index else "")
     for initializer in tape.initializers:
         graph.register_initializer(initializer)
     # The producer of the first replaced output comes after every other matched node in

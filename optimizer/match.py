@@ -139,3 +139,57 @@ def other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
     if b is value:
         return a
     return None
+
+
+def consumer_of(value: ir.Value, op_type: str, domain: str = "") -> ir.Node | None:
+    """The first node of `op_type` reading `value`, however many other readers it has.
+
+    Rules follow a pattern with this and leave extra readers (and graph outputs) to the
+    driver's boundary check, whose near miss names the reader that blocked the fusion.
+    """
+    return next((node for node in consumers(value) if is_op(node, op_type, domain)), None)
+
+
+def split_scalar(node: ir.Node) -> tuple[ir.Value, float] | None:
+    """For a binary node with one single-element constant input: (the other input, the constant)."""
+    for const_side, data_side in ((1, 0), (0, 1)):
+        scalar = const_scalar(input_at(node, const_side))
+        if scalar is not None and input_at(node, data_side) is not None:
+            return node.inputs[data_side], scalar
+    return None
+
+
+def stand_in_blocker(value: ir.Value) -> str | None:
+    """Why `value` cannot replace the output of a node that is removed (None when it can).
+
+    The driver gives a replacement value the replaced output's name, so the output keeps
+    its name when it is a graph output. Renaming a graph input or another graph output
+    would change the model's interface, so such a value cannot stand in.
+    """
+    if value.is_graph_input():
+        return f"its input '{value_name(value)}' is a graph input"
+    if value.is_graph_output():
+        return f"its input '{value_name(value)}' is a graph output"
+    return None
+
+
+def unique_name(graph: ir.Graph, base: str) -> str:
+    """`base`, or `base_1`, `base_2`... — the first name no value of `graph` already has."""
+    taken = set(graph.initializers) | {v.name for v in graph.inputs}
+    taken |= {v.name for node in graph for v in node.outputs}
+    name, suffix = base, 0
+    while name in taken:
+        suffix += 1
+        name = f"{base}_{suffix}"
+    return name
+
+
+def per_channel_vector(array: np.ndarray, rank: int, channels: int) -> np.ndarray | None:
+    """`array` as a [channels] vector when it broadcasts along the channel axis (axis 1) of a
+    rank-`rank` NCHW tensor only — [C,1,1], [1,C,1,1], a scalar — without growing that tensor."""
+    if array.ndim > rank:
+        return None
+    shape = (1,) * (rank - array.ndim) + array.shape
+    if shape[0] != 1 or shape[1] not in (1, channels) or any(d != 1 for d in shape[2:]):
+        return None
+    return np.broadcast_to(array.reshape(-1), (channels,)).copy()

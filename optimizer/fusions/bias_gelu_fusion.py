@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from optimizer.match import MS, attr, describe, is_op, producer, rank, static_shape, value_name
+from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank, static_shape, value_name
 from optimizer.rule import Match, Rule, fail
 
 
@@ -39,8 +39,7 @@ class BiasGeluFusion(Rule):
             return fail("add", f"input of {describe(gelu)} comes from {describe(add)}, not Add", add)
         x, bias = _split_bias(add)
         if bias is None:
-            ranks = [rank(v) for v in add.inputs]
-            return fail("bias", f"{describe(add)} has no 1-D bias input (input ranks {ranks})")
+            return fail("bias", _why_no_bias(add))
         x_shape, bias_shape = x.shape, static_shape(bias)
         if x_shape is not None and len(x_shape) and isinstance(x_shape[-1], int):
             if bias_shape[0] != x_shape[-1]:
@@ -63,3 +62,19 @@ def _split_bias(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
         if shape is not None and len(shape) == 1 and rank(x) != 1:
             return x, bias
     return None, None
+
+
+def _why_no_bias(add: ir.Node) -> str:
+    """The near-miss reason when neither Add input is a usable bias, naming the likely bias."""
+    constants = [v for v in add.inputs if const_array(v) is not None]
+    candidates = constants or [v for v in add.inputs if rank(v) is not None and rank(v) <= 1]
+    if len(candidates) == 1:
+        bias = candidates[0]
+        bias_rank = rank(bias)
+        if bias_rank == 1:
+            reason = f"bias '{value_name(bias)}' has no known length"
+        else:
+            reason = f"bias '{value_name(bias)}' has rank {bias_rank}"
+        return f"{reason}, so {describe(add)} has no 1-D bias input"
+    ranks = [rank(v) for v in add.inputs]
+    return f"{describe(add)} has no 1-D bias input (input ranks {ranks})"
