@@ -1,0 +1,265 @@
+"""EmbedLayerNormFusion: BERT's embedding sum -> LayerNormalization => com.microsoft.EmbedLayerNormalization.
+
+    word = Gather(word_table, input_ids)
+    pos  = Gather(position_table, position_ids)
+    seg  = Gather(segment_table, token_type_ids)          (absent in DistilBERT)
+    LayerNormalization(word + seg + pos, gamma, beta)     (the Adds in any order and nesting)
+        => EmbedLayerNormalization(input_ids, token_type_ids, word_table, position_table,
+                                   segment_table, gamma, beta, , [position_ids])
+    (output, mask_index[, embedding_sum when the sum is also read elsewhere])
+
+Like ONNX Runtime (embed_layer_norm_fusion.cc) the fusion happens only in front of a fused
+com.microsoft.Attention, ids are cast to int32 (the op's only id type), epsilon is copied
+from the LayerNormalization, and the op's mask_index output is created but left unread
+(ONNX Runtime's C++ fusion does not fold the attention mask in either).
+
+Where the positions come from differs. ONNX Runtime recognises the Shape/Expand/Range
+subgraphs of 2020-era exports, or a constant, and then drops the position ids (the op counts
+0..S-1 by itself). Today's exporters slice a `position_ids` buffer instead, a subgraph ONNX
+Runtime does not know, so its fusion never fires on them. We pass whatever computes the ids
+as the op's optional position_ids input, which reproduces the graph exactly for any ids of
+shape (batch, seq) or (1, seq); only a constant 0..S-1 is dropped, as ONNX Runtime does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from optimizer.match import (
+    MS,
+    attr,
+    const_array,
+    consumers,
+    describe,
+    is_op,
+    producer,
+    rank,
+    static_shape,
+    value_name,
+)
+from optimizer.rule import Match, Rule, fail
+
+ID_DTYPES = (ir.DataType.INT32, ir.DataType.INT64)
+LAYER_NORM_DEFAULT_EPSILON = 1e-5
+
+
+class EmbedLayerNormFusion(Rule):
+    name = "EmbedLayerNormFusion"
+    anchors = ("LayerNormalization",)
+
+    def match(self, graph: ir.Graph, ln: ir.Node):
+        ln_add = producer(ln.inputs[0])
+        if not is_op(ln_add, "Add"):
+            return None
+        tree = _embedding_tree(ln_add)
+        if tree is None:
+            return None  # not a sum of table lookups: an encoder LayerNorm, say
+        adds, gathers, folded = tree
+        word, others = gathers[0], gathers[1:]
+        if folded is not None:  # constant folding already looked the positions up
+            return self._match_folded_positions(ln, adds, word, others, folded)
+
+        for gather in gathers:
+            if int(attr(gather, "axis", 0)) != 0:
+                return fail("embedding", f"{describe(gather)} gathers along axis {attr(gather, 'axis')}, not rows of a table")
+            table = static_shape(gather.inputs[0])
+            if const_array(gather.inputs[0]) is None or table is None or len(table) != 2:
+                return fail("embedding", f"table '{value_name(gather.inputs[0])}' of {describe(gather)} is not a constant 2-D tensor")
+        hidden = static_shape(word.inputs[0])[1]
+        for gather in others:
+            if static_shape(gather.inputs[0])[1] != hidden:
+                return fail("embedding", f"table '{value_name(gather.inputs[0])}' has width "
+                            f"{static_shape(gather.inputs[0])[1]} but the word table has {hidden}")
+
+        input_ids = word.inputs[1]
+        failure = _check_ids(input_ids, "input ids", word)
+        if failure:
+            return failure
+        position, segment = _split_position_segment(others)
+        if position is None:
+            names = ", ".join(f"'{value_name(g.inputs[1])}'" for g in others)
+            return fail("embedding", f"cannot tell the position lookup from the segment lookup: ids {names} are "
+                        "both graph inputs or both computed")
+        segment_ids = None
+        if segment is not None:
+            segment_ids = segment.inputs[1]
+            failure = _check_ids(segment_ids, "segment ids", segment)
+            if failure:
+                return failure
+            if _dims(segment_ids) != _dims(input_ids):
+                return fail("segment", f"segment ids '{value_name(segment_ids)}' have shape {_dims(segment_ids)} but "
+                            f"input ids '{value_name(input_ids)}' have {_dims(input_ids)}")
+        position_ids = position.inputs[1]
+        if rank(position_ids) != 2 or position_ids.dtype not in ID_DTYPES:
+            return fail("position", f"position ids '{value_name(position_ids)}' of {describe(position)} are not "
+                        "a 2-D int32/int64 tensor of shape (batch, seq) or (1, seq)")
+        if _is_default_positions(position_ids, input_ids):
+            position_ids = None
+
+        if len(ln.inputs) < 3 or ln.inputs[2] is None:
+            return fail("layernorm", f"{describe(ln)} has no beta; EmbedLayerNormalization needs one")
+        axis = int(attr(ln, "axis", -1))
+        if axis not in (-1, 2):
+            return fail("layernorm", f"{describe(ln)} normalizes from axis {axis}, not the hidden axis")
+        for role, weight in (("gamma", ln.inputs[1]), ("beta", ln.inputs[2])):
+            if static_shape(weight) != (hidden,):
+                return fail("layernorm", f"{role} '{value_name(weight)}' has shape {static_shape(weight)}, not ({hidden},)")
+        if ln.inputs[0].dtype != ir.DataType.FLOAT:
+            return fail("dtype", f"the embedding sum is {ln.inputs[0].dtype}; the fusion handles float")
+        if not any(is_op(user, "Attention", MS) for user in consumers(ln.outputs[0])):
+            return fail("attention", f"{describe(ln)} feeds no com.microsoft.Attention; like ONNX Runtime, the "
+                        "embedding is fused only in front of a fused Attention")
+        # GPT-2 style pre-LN models also read the embedding sum as the first residual: the op's
+        # embedding_sum output provides it (ONNX Runtime's Python fusion does the same).
+        embedding_sum = ln_add.outputs[0]
+        keep_sum = embedding_sum.is_graph_output() or any(user is not ln for user, _ in embedding_sum.uses())
+        return Match(
+            nodes=[*gathers, *adds, ln],
+            outputs=[ln.outputs[0], embedding_sum] if keep_sum else [ln.outputs[0]],
+            captures={
+                "input_ids": input_ids,
+                "segment_ids": segment_ids,
+                "position_ids": position_ids,
+                "word_table": word.inputs[0],
+                "position_table": position.inputs[0],
+                "segment_table": segment.inputs[0] if segment is not None else None,
+                "gamma": ln.inputs[1],
+                "beta": ln.inputs[2],
+                "epsilon": float(attr(ln, "epsilon", LAYER_NORM_DEFAULT_EPSILON)),
+                "anchor_name": ln.name or "LayerNormalization",
+                "keep_sum": keep_sum,
+            },
+        )
+
+    def _match_folded_positions(self, ln, adds, word, others, folded):
+        """word [+ segment] lookups plus a constant (1 or B, S, H) of looked-up positions."""
+        input_ids = word.inputs[1]
+        failure = _check_ids(input_ids, "input ids", word)
+        if failure:
+            return failure
+        seq = input_ids.shape[1] if input_ids.shape is not None else None
+        table = const_array(folded)
+        if not isinstance(seq, int) or table.shape[1] != seq or table.shape[2] != static_shape(word.inputs[0])[1]:
+            return fail("position", f"constant '{value_name(folded)}' of shape {list(table.shape)} is not the position "
+                        f"embeddings of a static sequence of input ids '{value_name(input_ids)}'")
+        if not np.all(table == table[:1]):
+            return fail("position", f"constant '{value_name(folded)}' differs between batch rows; it is not a position embedding")
+        segment = others[0] if others else None
+        if segment is not None and not segment.inputs[1].is_graph_input():
+            return None
+        if not any(is_op(user, "Attention", MS) for user in consumers(ln.outputs[0])):
+            return fail("attention", f"{describe(ln)} feeds no com.microsoft.Attention; like ONNX Runtime, the "
+                        "embedding is fused only in front of a fused Attention")
+        embedding_sum = adds[0].outputs[0]
+        keep_sum = embedding_sum.is_graph_output() or any(user is not ln for user, _ in embedding_sum.uses())
+        return Match(
+            nodes=[word, *others, *adds, ln],
+            outputs=[ln.outputs[0], embedding_sum] if keep_sum else [ln.outputs[0]],
+            captures={
+                "input_ids": input_ids,
+                "segment_ids": segment.inputs[1] if segment is not None else None,
+                "position_ids": None,
+                "word_table": word.inputs[0],
+                "position_table": None,
+                "folded_positions": (f"{value_name(folded)}/position_table", table[0]),
+                "segment_table": segment.inputs[0] if segment is not None else None,
+                "gamma": ln.inputs[1],
+                "beta": ln.inputs[2],
+                "epsilon": float(attr(ln, "epsilon", LAYER_NORM_DEFAULT_EPSILON)),
+                "anchor_name": ln.name or "LayerNormalization",
+                "keep_sum": keep_sum,
+            },
+        )
+
+    def rewrite(self, op: ir.tape.Tape, match: Match):
+        position_table = match.position_table
+        if match.captures.get("folded_positions") is not None:
+            name, table = match.folded_positions
+            position_table = op.initializer(ir.tensor(np.ascontiguousarray(table), name=name), name=name)
+        base = f"{self.name}/{match.anchor_name}"
+        inputs = [
+            _as_int32(op, match.input_ids, f"{base}/input_ids_int32"),
+            _as_int32(op, match.segment_ids, f"{base}/segment_ids_int32"),
+            match.word_table,
+            position_table,
+            match.segment_table,
+            match.gamma,
+            match.beta,
+            None,  # mask: left to Attention, as in ONNX Runtime's C++ fusion
+            _as_int32(op, match.position_ids, f"{base}/position_ids_int32"),
+        ]
+        while inputs[-1] is None:
+            inputs.pop()
+        # mask_index always exists: ONNX Runtime's shape inference for the op requires it.
+        outputs = op.op_multi_out(
+            "EmbedLayerNormalization",
+            inputs,
+            attributes={"epsilon": match.epsilon},
+            domain=MS,
+            num_outputs=3 if match.keep_sum else 2,
+            name=base,
+        )
+        return [outputs[0], outputs[2]] if match.keep_sum else outputs[0]
+
+
+def _embedding_tree(ln_add: ir.Node):
+    """(Adds, Gathers, folded positions or None) when `ln_add` sums two or three lookups through at
+    most two Adds, word lookup first. One lookup may be a constant: positions that constant
+    folding looked up already (ONNX Runtime handles that case too)."""
+    adds, values = [ln_add], []
+    for value in ln_add.inputs:
+        node = producer(value)
+        if is_op(node, "Add") and len(adds) == 1:
+            adds.append(node)
+            values += list(node.inputs)
+        else:
+            values.append(value)
+    folded = [v for v in values if const_array(v) is not None and rank(v) == 3]
+    leaves = [producer(v) for v in values if not any(v is f for f in folded)]
+    if len(folded) > 1 or not all(is_op(leaf, "Gather") for leaf in leaves) or len(values) not in (2, 3):
+        return None
+    if len({id(leaf) for leaf in leaves}) != len(leaves) or not leaves:
+        return None
+    return adds, leaves, (folded[0] if folded else None)
+
+
+def _split_position_segment(others: list[ir.Node]):
+    """(position Gather, segment Gather or None): segment ids come from the graph, position ids are computed."""
+    if len(others) == 1:
+        return others[0], None
+    fed = [g for g in others if g.inputs[1].is_graph_input()]
+    computed = [g for g in others if not g.inputs[1].is_graph_input()]
+    if len(fed) != 1 or len(computed) != 1:
+        return None, None
+    return computed[0], fed[0]
+
+
+def _check_ids(ids: ir.Value, role: str, gather: ir.Node):
+    if rank(ids) != 2 or ids.dtype not in ID_DTYPES:
+        shown = f"rank-{rank(ids)}" if rank(ids) is not None else "unknown-rank"
+        dtype = ids.dtype.name.lower() if ids.dtype is not None else "unknown dtype"
+        return fail("ids", f"{role} '{value_name(ids)}' of {describe(gather)} are {shown} {dtype}; "
+                    "EmbedLayerNormalization takes 2-D int32/int64 (batch, seq)")
+    return None
+
+
+def _dims(value: ir.Value) -> list[str] | None:
+    if value.shape is None:
+        return None
+    return [str(d) for d in value.shape]
+
+
+def _is_default_positions(position_ids: ir.Value, input_ids: ir.Value) -> bool:
+    """A constant 0..S-1 per row, S the static sequence length: the op's own default."""
+    ids = const_array(position_ids)
+    if ids is None or input_ids.shape is None or not isinstance(input_ids.shape[1], int):
+        return False
+    seq = input_ids.shape[1]
+    return ids.shape[-1] == seq and bool(np.all(ids == np.arange(seq)))
+
+
+def _as_int32(op: ir.tape.Tape, ids: ir.Value | None, name: str) -> ir.Value | None:
+    if ids is None or ids.dtype == ir.DataType.INT32:
+        return ids
+    return op.op("Cast", [ids], attributes={"to": int(ir.DataType.INT32)}, name=name)

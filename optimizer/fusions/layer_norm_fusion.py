@@ -1,0 +1,333 @@
+"""LayerNormFusion: the exported LayerNorm subgraph => LayerNormalization(x, gamma, beta).
+
+    mean = ReduceMean(x)                     d = Sub(x, mean)
+    var  = ReduceMean(Pow(d, 2) | Mul(d, d))
+    std  = Sqrt(Add(var, eps))
+    y    = Div(d, std) | Mul(d, Reciprocal(std))
+    out  = Add(Mul(y, gamma), beta)          => LayerNormalization(x, gamma, beta, axis=-1, epsilon=eps)
+
+Variants ONNX Runtime's layer_norm_fusion.cc accepts are accepted here too: two copies of
+the Sub (older PyTorch), a Cast between Sub and Pow or between the normalization and the
+gamma Mul, the exponent 2 arriving through a Cast, and ReduceMean axes as an attribute
+(opset < 18) or a constant input (opset >= 18). A Cast *inside* the pattern is absorbed only
+when it keeps the dtype: ONNX Runtime also drops dtype-changing ones (Apex O2), which changes
+the output dtype, so here those are near misses. Casts in front of or behind the pattern are
+not part of it and stay.
+
+The fused op is the ONNX-domain LayerNormalization for every opset: standard from opset 17,
+and below that ONNX Runtime's own since-1 registration of the same name in the ONNX domain,
+which is what ONNX Runtime emits there and what it runs. Unlike ONNX Runtime, which falls back
+to epsilon 1e-5 when the Add's constant can't be read and never checks the exponent, a
+non-constant epsilon or an exponent other than 2 is a near miss here, since fusing would change
+the numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from optimizer.match import (
+    attr,
+    const_array,
+    consumers,
+    describe,
+    input_at,
+    is_op,
+    other_input,
+    producer,
+    rank,
+    sole_consumer,
+    static_shape,
+    value_name,
+)
+from optimizer.rule import Fail, Match, Rule, fail
+
+# float16 LayerNorm has no CPU kernel in ONNX Runtime, so its fusion skips it; we follow.
+FUSABLE_DTYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
+
+
+class LayerNormFusion(Rule):
+    name = "LayerNormFusion"
+    anchors = ("ReduceMean",)
+
+    def match(self, graph: ir.Graph, mean_node: ir.Node):
+        x, mean = mean_node.inputs[0], mean_node.outputs[0]
+        subs = consumers(mean)
+        # The mean of a LayerNorm feeds only Subs; any other ReduceMean is not a candidate.
+        if not subs or not all(is_op(s, "Sub") for s in subs):
+            return None
+        if len(subs) > 2:
+            return fail("sub", f"the mean feeds {len(subs)} Subs; a LayerNorm has one (or two in older exports)")
+        for sub in subs:
+            if sub.inputs[1] is not mean or sub.inputs[0] is not x:
+                return fail(
+                    "sub",
+                    f"{describe(sub)} computes '{value_name(sub.inputs[0])}' - '{value_name(sub.inputs[1])}', "
+                    f"not the ReduceMean's input '{value_name(x)}' minus the mean",
+                    sub,
+                )
+        failure = check_float_input(x, "LayerNormalization")
+        if failure:
+            return failure
+
+        # Every value that carries d = x - mean: the Sub outputs and dtype-keeping Casts of them.
+        centered = [s.outputs[0] for s in subs]
+        nodes: list[ir.Node] = [mean_node, *subs]
+        for value in list(centered):
+            cast = reader(value, "Cast")
+            if cast is not None:
+                if not keeps_dtype(cast):
+                    return cast_fail(cast)
+                centered.append(cast.outputs[0])
+                nodes.append(cast)
+
+        square = _find_square(centered)
+        if isinstance(square, Fail):
+            return square
+        if square is None:
+            return fail("square", f"no Pow(d, 2) or Mul(d, d) reads the centered value '{value_name(centered[0])}'")
+        square_node, square_extra = square
+        nodes += [square_node, *square_extra]
+
+        variance = variance_chain(square_node, "LayerNormalization")
+        if isinstance(variance, Fail):
+            return variance
+        var_node, eps_node, sqrt_node, epsilon = variance
+        nodes += [var_node, eps_node, sqrt_node]
+
+        scaled = normalize_step(sqrt_node, centered)
+        if isinstance(scaled, Fail):
+            return scaled
+        normalized, scale_nodes = scaled
+        nodes += scale_nodes
+
+        failure = check_axes(mean_node, var_node, x)
+        if failure:
+            return failure
+
+        tail = affine_tail(normalized, x, with_beta=True)
+        if isinstance(tail, Fail):
+            return tail
+        gamma, beta, tail_nodes = tail
+        nodes += tail_nodes
+        return Match(
+            nodes=nodes,
+            outputs=[tail_nodes[-1].outputs[0]],
+            captures={"x": x, "gamma": gamma, "beta": beta, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
+        )
+
+    def rewrite(self, op: ir.tape.Tape, match: Match):
+        attributes = {"axis": -1, "epsilon": match.epsilon}
+        if match.double:  # ONNX Runtime computes double LayerNorm in double
+            attributes["stash_type"] = int(ir.DataType.DOUBLE)
+        return op.op("LayerNormalization", [match.x, match.gamma, match.beta], attributes=attributes)
+
+
+# --- steps shared with SimplifiedLayerNormFusion ------------------------------------------
+
+
+def keeps_dtype(cast: ir.Node) -> bool:
+    source = cast.inputs[0].dtype if cast.inputs[0] is not None else None
+    return source is not None and int(attr(cast, "to", -1)) == int(source)
+
+
+def cast_fail(cast: ir.Node) -> Fail:
+    source = cast.inputs[0].dtype
+    target = ir.DataType(int(attr(cast, "to", 0)))
+    return fail(
+        "cast",
+        f"{describe(cast)} inside the pattern changes dtype from {_dtype_name(source)} to {_dtype_name(target)}; "
+        "the fused op would change the output dtype",
+        cast,
+    )
+
+
+def check_float_input(x: ir.Value, fused_op: str) -> Fail | None:
+    if x.dtype is not None and x.dtype not in FUSABLE_DTYPES:
+        return fail(
+            "dtype",
+            f"input '{value_name(x)}' is {_dtype_name(x.dtype)}; ONNX Runtime fuses {fused_op} "
+            "only for float and double on CPU",
+        )
+    return None
+
+
+def _find_square(centered: list[ir.Value]):
+    """The Pow(d, 2) or Mul(d, d) reading one of the centered values, with a Cast feeding the exponent."""
+    for value in centered:
+        for node in consumers(value):
+            if is_op(node, "Mul") and node.inputs[0] is value and node.inputs[1] is value:
+                return node, []
+            if is_op(node, "Pow") and node.inputs[0] is value:
+                return square_exponent(node)
+    return None
+
+
+def square_exponent(pow_node: ir.Node):
+    """(pow_node, [exponent Cast]) when the exponent is the constant 2, else a near miss."""
+    exponent = pow_node.inputs[1]
+    extra: list[ir.Node] = []
+    cast = producer(exponent)
+    if is_op(cast, "Cast") and sole_consumer(exponent) is pow_node:
+        extra, exponent = [cast], cast.inputs[0]
+    value = const_array(exponent)
+    if value is None:
+        return fail("square", f"exponent '{value_name(pow_node.inputs[1])}' of {describe(pow_node)} is not a constant")
+    if value.size != 1 or float(value.reshape(-1)[0]) != 2.0:
+        shown = value.reshape(-1)[0] if value.size == 1 else f"a tensor of shape {list(value.shape)}"
+        return fail("square", f"{describe(pow_node)} raises to {shown}, not 2")
+    return pow_node, extra
+
+
+def variance_chain(square_node: ir.Node, fused_op: str):
+    """square -> ReduceMean -> Add(eps) -> Sqrt: returns (ReduceMean, Add, Sqrt, epsilon) or a near miss."""
+    var_node = reader(square_node.outputs[0], "ReduceMean")
+    if var_node is None:
+        return fail("variance", f"{describe(square_node)} feeds {_readers(square_node.outputs[0])}, not one ReduceMean")
+    eps_node = reader(var_node.outputs[0], "Add")
+    if eps_node is None:
+        return fail("epsilon", f"the variance {describe(var_node)} feeds {_readers(var_node.outputs[0])}, not Add(epsilon)")
+    eps_value = other_input(eps_node, var_node.outputs[0])
+    eps_array = const_array(eps_value)
+    if eps_array is None:
+        return fail("epsilon", f"epsilon input '{value_name(eps_value)}' of {describe(eps_node)} is not a constant")
+    if eps_array.size != 1:
+        return fail("epsilon", f"epsilon '{value_name(eps_value)}' has {eps_array.size} elements, not one")
+    epsilon = float(eps_array.reshape(-1)[0])
+    if not np.isfinite(epsilon) or epsilon < 0:
+        return fail("epsilon", f"epsilon '{value_name(eps_value)}' is {epsilon}; {fused_op} needs a non-negative epsilon")
+    sqrt_node = reader(eps_node.outputs[0], "Sqrt")
+    if sqrt_node is None:
+        return fail("sqrt", f"{describe(eps_node)} feeds {_readers(eps_node.outputs[0])}, not Sqrt")
+    return var_node, eps_node, sqrt_node, epsilon
+
+
+def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
+    """Div(d, std) or Mul(d, Reciprocal(std)) with d one of `centered`: (normalized value, nodes)."""
+    std = sqrt_node.outputs[0]
+    user = reader(std, "Div", "Reciprocal")
+    if is_op(user, "Div"):
+        if user.inputs[1] is not std or user.inputs[0] not in centered:
+            return fail(
+                "divide",
+                f"{describe(user)} divides '{value_name(user.inputs[0])}' by '{value_name(user.inputs[1])}', "
+                f"not '{value_name(centered[0])}' by the standard deviation",
+                user,
+            )
+        return user.outputs[0], [user]
+    if is_op(user, "Reciprocal"):
+        mul = reader(user.outputs[0], "Mul")
+        if mul is None or other_input(mul, user.outputs[0]) not in centered:
+            return fail(
+                "divide",
+                f"Reciprocal of the standard deviation feeds {_readers(user.outputs[0])}, "
+                f"not Mul with '{value_name(centered[0])}'",
+            )
+        return mul.outputs[0], [user, mul]
+    return fail("divide", f"the standard deviation {describe(sqrt_node)} feeds {_readers(std)}, not Div or Reciprocal")
+
+
+def reduce_mean_axes(node: ir.Node) -> list[int] | None:
+    """A ReduceMean's axes: the attribute before opset 18, the constant second input from 18 on."""
+    if "axes" in node.attributes:
+        return [int(a) for a in attr(node, "axes")]
+    axes = input_at(node, 1)
+    if axes is None:
+        return []  # no axes: every axis is reduced
+    array = const_array(axes)
+    return None if array is None else [int(a) for a in array.reshape(-1)]
+
+
+def check_axes(first: ir.Node, second: ir.Node | None, x: ir.Value) -> Fail | None:
+    """Both ReduceMeans keep dims and reduce exactly the last axis of `x` (what the fused ops normalize)."""
+    x_rank = rank(x)
+    for node in (first, second):
+        if node is None:
+            continue
+        axes = reduce_mean_axes(node)
+        if axes is None:
+            return fail("axes", f"axes input '{value_name(node.inputs[1])}' of {describe(node)} is not a constant")
+        if not axes:
+            return fail("axes", f"{describe(node)} reduces over every axis, not the last one")
+        if int(attr(node, "keepdims", 1)) != 1:
+            return fail("axes", f"{describe(node)} has keepdims=0; the pattern needs the reduced axis kept")
+        last = [a for a in axes if a == -1 or (x_rank is not None and a == x_rank - 1)]
+        if len(axes) != 1 or not last:
+            where = f"rank {x_rank}" if x_rank is not None else "unknown rank"
+            return fail("axes", f"{describe(node)} reduces axes {axes} of '{value_name(x)}' ({where}); "
+                        "the fused op normalizes the last axis only")
+    return None
+
+
+def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool):
+    """[dtype-keeping Cast] -> Mul(gamma) [-> Add(beta)]: (gamma, beta, nodes) or a near miss."""
+    nodes: list[ir.Node] = []
+    user = reader(normalized, "Cast", "Mul")
+    if is_op(user, "Cast"):
+        if not keeps_dtype(user):
+            return cast_fail(user)
+        nodes.append(user)
+        normalized = user.outputs[0]
+        user = reader(normalized, "Mul")
+    if user is None:
+        return fail("gamma", f"the normalized value '{value_name(normalized)}' feeds {_readers(normalized)}, not Mul(gamma)")
+    nodes.append(user)
+    gamma = other_input(user, normalized)
+    failure = _check_weight("gamma", gamma, user, x)
+    if failure:
+        return failure
+    if not with_beta:
+        return gamma, None, nodes
+    add = reader(user.outputs[0], "Add")
+    if add is None:
+        return fail("beta", f"the Mul by gamma {describe(user)} feeds {_readers(user.outputs[0])}, not Add(beta)")
+    nodes.append(add)
+    beta = other_input(add, user.outputs[0])
+    failure = _check_weight("beta", beta, add, x)
+    if failure:
+        return failure
+    if static_shape(gamma) != static_shape(beta):
+        return fail("beta", f"gamma '{value_name(gamma)}' has shape {list(static_shape(gamma))} but beta "
+                    f"'{value_name(beta)}' has {list(static_shape(beta))}")
+    return gamma, beta, nodes
+
+
+def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value) -> Fail | None:
+    shape = static_shape(weight)
+    if shape is None or len(shape) != 1:
+        shown = "unknown" if weight is None or weight.shape is None else f"rank-{len(weight.shape)}"
+        return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has {shown} shape, not one known dimension")
+    hidden = x.shape[-1] if x.shape is not None and len(x.shape) else None
+    if isinstance(hidden, int) and shape[0] != hidden:
+        return fail(role, f"{role} '{value_name(weight)}' has {shape[0]} elements but '{value_name(x)}' "
+                    f"has last dimension {hidden}")
+    if x.dtype is not None and weight.dtype is not None and weight.dtype != x.dtype:
+        return fail(role, f"{role} '{value_name(weight)}' is {_dtype_name(weight.dtype)} but "
+                    f"'{value_name(x)}' is {_dtype_name(x.dtype)}")
+    return None
+
+
+def reader(value: ir.Value, *op_types: str) -> ir.Node | None:
+    """The first ONNX-domain node of one of `op_types` reading `value`.
+
+    Other readers (and graph outputs) are left to the driver's boundary check, whose near
+    miss names the reader that blocked the fusion.
+    """
+    return next((n for n in consumers(value) if any(is_op(n, t) for t in op_types)), None)
+
+
+def _readers(value: ir.Value) -> str:
+    users = consumers(value)
+    names = [describe(u) for u in users]
+    if value.is_graph_output():
+        names.append("the graph output")
+    if not names:
+        return "nothing"
+    return " and ".join(names) if len(names) <= 2 else f"{len(names)} readers ({', '.join(names[:3])}, ...)"
+
+
+def _dtype_name(dtype) -> str:
+    return "unknown dtype" if dtype is None else ir.DataType(dtype).name.lower()
+
+

@@ -1,0 +1,132 @@
+"""SkipLayerNormFusion: residual Add [+ bias Add] -> LayerNormalization => com.microsoft.SkipLayerNormalization.
+
+    LayerNormalization(Add(x, skip))                 => SkipLayerNormalization(x, skip, gamma, beta)
+    LayerNormalization(Add(Add(x, bias), skip))      => SkipLayerNormalization(x, skip, gamma, beta, bias)
+    LayerNormalization(Add(x, Add(skip, bias)))      => SkipLayerNormalization(x, skip, gamma, beta, bias)
+
+In a transformer the residual sum also feeds the next residual Add. ONNX Runtime's C++
+fusion then gives up (it wants the Add read only by the LayerNormalization); its Python
+fusion keeps the sum as SkipLayerNormalization's fourth output, input_skip_bias_sum, and so
+do we: on BERT that is the difference between fusing every encoder LayerNorm and none.
+
+As in ONNX Runtime, both residual inputs must be rank 3 with the same shape (the kernel does
+not broadcast) and the bias 1-D with the hidden size. Unlike it, a LayerNormalization over
+any axis but the last is refused (SkipLayerNormalization only normalizes the last one), and
+an absent epsilon becomes LayerNormalization's default 1e-5 rather than SkipLayerNorm's 1e-12.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank, static_shape, value_name
+from optimizer.rule import Match, Rule, fail
+
+FUSABLE_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
+LAYER_NORM_DEFAULT_EPSILON = 1e-5
+
+
+class SkipLayerNormFusion(Rule):
+    name = "SkipLayerNormFusion"
+    anchors = ("LayerNormalization",)
+
+    def match(self, graph: ir.Graph, ln: ir.Node):
+        add = producer(ln.inputs[0])
+        if not is_op(add, "Add"):
+            return None  # a LayerNorm without a residual Add in front
+        if any(output.uses() or output.is_graph_output() for output in ln.outputs[1:]):
+            return fail("layernorm", f"{describe(ln)} also returns its Mean/InvStdDev, which SkipLayerNormalization does not")
+        x_rank = rank(ln.inputs[0])
+        axis = int(attr(ln, "axis", -1))
+        if axis != -1 and not (x_rank is not None and axis == x_rank - 1):
+            return fail("layernorm", f"{describe(ln)} normalizes from axis {axis}; SkipLayerNormalization normalizes the last axis only")
+        gamma, beta = ln.inputs[1], (ln.inputs[2] if len(ln.inputs) > 2 else None)
+        for role, weight in (("gamma", gamma), ("beta", beta)):
+            if weight is not None and (static_shape(weight) is None or len(static_shape(weight)) != 1):
+                return fail("layernorm", f"{role} '{value_name(weight)}' of {describe(ln)} is not 1-D")
+        dtype = ln.inputs[0].dtype
+        if dtype is not None and dtype not in FUSABLE_DTYPES:
+            return fail("dtype", f"input of {describe(ln)} is {dtype.name.lower()}; SkipLayerNormalization takes float or float16")
+
+        failure = _check_residual(add)
+        if failure:
+            return failure
+        x, skip = add.inputs[0], add.inputs[1]
+        nodes = [add, ln]
+        bias = None
+        for side in (0, 1):  # a bias Add on either residual input (ONNX Runtime's formats 1 and 2)
+            split = _split_bias(add.inputs[side])
+            if split is not None:
+                bias_add, unbiased, bias = split
+                nodes.insert(0, bias_add)
+                if side == 0:
+                    x = unbiased
+                else:
+                    skip = unbiased
+                break
+
+        outputs = [ln.outputs[0]]
+        residual = add.outputs[0]
+        keep_sum = residual.is_graph_output() or any(user is not ln for user, _ in residual.uses())
+        if keep_sum:
+            outputs.append(residual)
+        return Match(
+            nodes=nodes,
+            outputs=outputs,
+            captures={
+                "inputs": [x, skip, gamma, beta, bias],
+                "epsilon": float(attr(ln, "epsilon", LAYER_NORM_DEFAULT_EPSILON)),
+                "keep_sum": keep_sum,
+            },
+        )
+
+    def rewrite(self, op: ir.tape.Tape, match: Match):
+        inputs = list(match.inputs)
+        while inputs[-1] is None:  # optional trailing inputs are left out, not passed empty
+            inputs.pop()
+        if not match.keep_sum:
+            return op.op("SkipLayerNormalization", inputs, attributes={"epsilon": match.epsilon}, domain=MS)
+        # outputs: output, mean, inv_std_var, input_skip_bias_sum; the middle two stay empty
+        outputs = [ir.Value(), ir.Value(name=""), ir.Value(name=""), ir.Value()]
+        op.op_multi_out(
+            "SkipLayerNormalization", inputs, attributes={"epsilon": match.epsilon}, domain=MS, outputs=outputs
+        )
+        return [outputs[0], outputs[3]]
+
+
+def _check_residual(add: ir.Node):
+    """Both residual inputs rank 3 with equal shapes: ONNX Runtime's SkipLayerNorm kernel doesn't broadcast."""
+    shapes = []
+    for value in add.inputs:
+        value_rank = rank(value)
+        if value_rank != 3:
+            shown = "unknown rank" if value_rank is None else f"rank-{value_rank}"
+            return fail("residual", f"residual {describe(add)} has {shown} input '{value_name(value)}'; "
+                        "SkipLayerNormalization needs rank 3 (batch, sequence, hidden)")
+        shapes.append(value.shape if value.shape is not None else static_shape(value))
+    for a, b in zip(shapes[0], shapes[1], strict=True):
+        # Differently named dimensions may differ at run time (one may be 1), so, as in ONNX
+        # Runtime, each dimension must be the same number or the same name.
+        if str(a) != str(b) or (a is None or b is None):
+            return fail("residual", f"inputs of residual {describe(add)} have shapes {_dims(shapes[0])} and "
+                        f"{_dims(shapes[1])}; SkipLayerNormalization does not broadcast")
+    return None
+
+
+def _split_bias(value: ir.Value):
+    """(bias Add, the other input, bias) when `value` = Add(t, bias) with a constant 1-D bias of t's last dimension."""
+    bias_add = producer(value)
+    if not is_op(bias_add, "Add") or value.is_graph_output() or len(value.uses()) != 1:
+        return None  # a biased value read elsewhere too must stay; the bias Add is then left out
+    for data, bias in ((bias_add.inputs[0], bias_add.inputs[1]), (bias_add.inputs[1], bias_add.inputs[0])):
+        shape = static_shape(bias)
+        if const_array(bias) is None or shape is None or len(shape) != 1 or rank(data) != 3:
+            continue
+        hidden = data.shape[-1] if data.shape is not None else None
+        if isinstance(hidden, int) and hidden == shape[0]:
+            return bias_add, data, bias
+    return None
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"

@@ -1,0 +1,370 @@
+"""LayerNormFusion, SimplifiedLayerNormFusion, SkipLayerNormFusion and EmbedLayerNormFusion.
+
+Each rule: positives with exact counts and onnxruntime numerics (original vs optimized, both with
+ONNX Runtime's own graph optimizations off), and negatives whose near miss must read for a user.
+The fixture tests pin the counts on the exported BERT and GPT-2 models at level extended.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+
+from optimizer import optimize
+from tests.models import patterns
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+RTOL, ATOL = 1e-3, 1e-4
+
+
+def _session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(session: ort.InferenceSession, batch: int = 2, seq: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for arg in session.get_inputs():
+        shape = [d if isinstance(d, int) else (batch if i == 0 else seq) for i, d in enumerate(arg.shape)]
+        if arg.type == "tensor(float)":
+            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
+        elif arg.name == "attention_mask":
+            mask = np.ones(shape, np.int64)
+            mask[-1, -2:] = 0
+            feeds[arg.name] = mask
+        elif arg.name == "token_type_ids":
+            feeds[arg.name] = rng.integers(0, 2, shape).astype(np.int64)
+        elif arg.name == "position_ids":
+            feeds[arg.name] = np.arange(seq, dtype=np.int64).reshape(1, seq)
+        else:
+            feeds[arg.name] = rng.integers(0, patterns.EMB_SEQ, shape).astype(np.int64)
+    return feeds
+
+
+def _optimize(model: onnx.ModelProto):
+    result = optimize(model, level="extended")
+    return ir.serde.serialize_model(result.model), result.report
+
+
+def _assert_same_outputs(original, optimized, **feed_args) -> None:
+    before, after = _session(original), _session(optimized)
+    feeds = _feeds(before, **feed_args)
+    for name, want, got in zip([o.name for o in before.get_outputs()], before.run(None, feeds), after.run(None, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"output {name}")
+
+
+def _messages(report, rule: str) -> list[str]:
+    return [m.message for m in report.explain(rule)]
+
+
+def _node(model: onnx.ModelProto, op_type: str) -> onnx.NodeProto:
+    (node,) = [n for n in model.graph.node if n.op_type == op_type]
+    return node
+
+
+# --- LayerNormFusion ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(opset=14),
+        dict(opset=17),
+        dict(opset=18),  # axes as a constant input
+        dict(opset=14, square="mul"),
+        dict(opset=14, divide="reciprocal"),
+        dict(opset=14, duplicate_sub=True),
+        dict(opset=14, cast_after_sub=TensorProto.FLOAT),
+        dict(opset=14, cast_exponent=True),
+        dict(opset=14, axes=(2,)),  # the last axis, counted from the front
+    ],
+    ids=lambda v: "-".join(f"{k}={v[k]}" for k in v),
+)
+def test_layer_norm_fuses(variant):
+    model = patterns.layer_norm(epsilon=1e-3, **variant)
+    optimized, report = _optimize(model)
+    assert report.rules["LayerNormFusion"].fired == 1
+    assert report.ops_after == {"LayerNormalization": 1}
+    node = _node(optimized, "LayerNormalization")
+    assert node.domain == ""
+    assert list(node.input) == ["x", "/ln/gamma", "/ln/beta"]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["axis"] == -1 and attrs["epsilon"] == pytest.approx(1e-3)
+    _assert_same_outputs(model, optimized)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(eps_const=False), "LayerNormFusion at /ln/ReduceMean: epsilon input '/ln/eps' of Add '/ln/Add' is not a constant"),
+        (dict(exponent=3.0), "LayerNormFusion at /ln/ReduceMean: Pow '/ln/Pow' raises to 3.0, not 2"),
+        (dict(axes=(1,)), "LayerNormFusion at /ln/ReduceMean: ReduceMean '/ln/ReduceMean' reduces axes [1] of 'x' (rank 3); "
+         "the fused op normalizes the last axis only"),
+        (dict(extra_outputs=("/ln/Div_output_0",)), "LayerNormFusion at /ln/ReduceMean: intermediate value '/ln/Div_output_0' is a graph output"),
+        (dict(extra_consumer="/ln/Sqrt_output_0"), "LayerNormFusion at /ln/ReduceMean: intermediate value '/ln/Sqrt_output_0' also feeds Neg '/ln/Neg'"),
+        (dict(gamma_shape=(1,)), "LayerNormFusion at /ln/ReduceMean: gamma '/ln/gamma' has 1 elements but 'x' has last dimension 16"),
+    ],
+    ids=["epsilon-input", "cube", "wrong-axes", "graph-output", "two-consumers", "gamma-size"],
+)
+def test_layer_norm_near_misses(kwargs, message):
+    model = patterns.layer_norm(**kwargs)
+    optimized, report = _optimize(model)
+    assert report.rules["LayerNormFusion"].fired == 0
+    assert report.ops_after.get("LayerNormalization", 0) == 0
+    assert report.ops_after.get("SimplifiedLayerNormalization", 0) == 0
+    assert report.ops_after["ReduceMean"] == 2
+    assert _messages(report, "LayerNormFusion") == [message]
+    assert _messages(report, "SimplifiedLayerNormFusion") == []
+    _assert_same_outputs(model, optimized)
+
+
+# --- SimplifiedLayerNormFusion ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        dict(opset=14),
+        dict(opset=20),
+        dict(opset=14, divide="div"),
+        dict(opset=14, square="mul"),
+        dict(opset=14, gamma_first=False),
+    ],
+    ids=lambda v: "-".join(f"{k}={v[k]}" for k in v),
+)
+def test_rms_norm_fuses(variant):
+    model = patterns.rms_norm(**variant)
+    optimized, report = _optimize(model)
+    assert report.rules["SimplifiedLayerNormFusion"].fired == 1
+    assert report.ops_after == {"SimplifiedLayerNormalization": 1}
+    node = _node(optimized, "SimplifiedLayerNormalization")
+    assert node.domain == "" and list(node.input) == ["x", "/ln/gamma"]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["epsilon"] == pytest.approx(1e-6) and attrs["axis"] == -1
+    _assert_same_outputs(model, optimized)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(exponent=3.0), "SimplifiedLayerNormFusion at /ln/ReduceMean_1: Pow '/ln/Pow' raises to 3.0, not 2"),
+        (dict(axes=(0,)), "SimplifiedLayerNormFusion at /ln/ReduceMean_1: ReduceMean '/ln/ReduceMean_1' reduces axes [0] of 'x' "
+         "(rank 3); the fused op normalizes the last axis only"),
+        (dict(extra_outputs=("/ln/Reciprocal_output_0",)),
+         "SimplifiedLayerNormFusion at /ln/ReduceMean_1: intermediate value '/ln/Reciprocal_output_0' is a graph output"),
+        (dict(extra_consumer="/ln/Add_output_0"),
+         "SimplifiedLayerNormFusion at /ln/ReduceMean_1: intermediate value '/ln/Add_output_0' also feeds Neg '/ln/Neg'"),
+    ],
+    ids=["cube", "wrong-axes", "graph-output", "two-consumers"],
+)
+def test_rms_norm_near_misses(kwargs, message):
+    model = patterns.rms_norm(**kwargs)
+    optimized, report = _optimize(model)
+    assert report.ops_after.get("SimplifiedLayerNormalization", 0) == 0
+    assert report.ops_after["ReduceMean"] == 1
+    assert _messages(report, "SimplifiedLayerNormFusion") == [message]
+    _assert_same_outputs(model, optimized)
+
+
+# --- SkipLayerNormFusion ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bias, expected_inputs",
+    [
+        (None, ["x", "skip", "/ln/gamma", "/ln/beta"]),
+        ("x", ["x", "skip", "/ln/gamma", "/ln/beta", "/ln/bias"]),
+        ("skip", ["x", "skip", "/ln/gamma", "/ln/beta", "/ln/bias"]),
+    ],
+)
+def test_skip_layer_norm_fuses(bias, expected_inputs):
+    model = patterns.skip_layer_norm(bias=bias, epsilon=1e-6)
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"com.microsoft.SkipLayerNormalization": 1}
+    node = _node(optimized, "SkipLayerNormalization")
+    assert node.domain == "com.microsoft" and list(node.input) == expected_inputs
+    assert list(node.output) == ["y"]
+    assert onnx.helper.get_attribute_value(node.attribute[0]) == pytest.approx(1e-6)
+    _assert_same_outputs(model, optimized)
+
+
+def test_skip_layer_norm_keeps_the_residual_sum_read_by_the_next_block():
+    """GPT-2's pre-LN residual: the sum feeds the next Add too, so it becomes output 3 (input_skip_bias_sum)."""
+    model = patterns.skip_layer_norm(bias="x", sum_consumed=True)
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"Add": 1, "com.microsoft.SkipLayerNormalization": 1}
+    node = _node(optimized, "SkipLayerNormalization")
+    assert list(node.output) == ["y", "", "", "/ln/residual"]
+    assert list(_node(optimized, "Add").input) == ["y", "/ln/residual"]
+    _assert_same_outputs(model, optimized)
+
+
+def test_skip_layer_norm_residual_sum_as_graph_output():
+    model = patterns.skip_layer_norm(extra_outputs=("/ln/residual",))
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"com.microsoft.SkipLayerNormalization": 1}
+    assert list(_node(optimized, "SkipLayerNormalization").output) == ["y", "", "", "/ln/residual"]
+    _assert_same_outputs(model, optimized)
+
+
+def test_skip_layer_norm_leaves_a_bias_add_that_is_read_elsewhere():
+    model = patterns.skip_layer_norm(bias="x", extra_outputs=("/ln/biased",))
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"Add": 1, "com.microsoft.SkipLayerNormalization": 1}
+    assert list(_node(optimized, "SkipLayerNormalization").input) == ["/ln/biased", "skip", "/ln/gamma", "/ln/beta"]
+    _assert_same_outputs(model, optimized)
+
+
+def test_decomposed_layer_norm_becomes_skip_layer_norm():
+    model = patterns.decomposed_skip_layer_norm(opset=14)
+    optimized, report = _optimize(model)
+    assert report.rules["LayerNormFusion"].fired == 1
+    assert report.rules["SkipLayerNormFusion"].fired == 1
+    assert report.ops_after == {"com.microsoft.SkipLayerNormalization": 1}
+    _assert_same_outputs(model, optimized)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(x_shape=(4, 16), skip_shape=(4, 16)),
+         "SkipLayerNormFusion at /ln: residual Add '/ln/ResidualAdd' has rank-2 input 'x'; "
+         "SkipLayerNormalization needs rank 3 (batch, sequence, hidden)"),
+        (dict(skip_shape=(1, 4, 16)),
+         "SkipLayerNormFusion at /ln: inputs of residual Add '/ln/ResidualAdd' have shapes [2, 4, 16] and [1, 4, 16]; "
+         "SkipLayerNormalization does not broadcast"),
+        (dict(axis=1), "SkipLayerNormFusion at /ln: LayerNormalization '/ln' normalizes from axis 1; "
+         "SkipLayerNormalization normalizes the last axis only"),
+    ],
+    ids=["rank-2", "broadcast", "axis-1"],
+)
+def test_skip_layer_norm_near_misses(kwargs, message):
+    if kwargs.get("axis") == 1:  # gamma/beta must then cover (4, 16); build the weights to match
+        model = patterns.skip_layer_norm(**kwargs)
+        for init in model.graph.initializer:
+            if init.name in ("/ln/gamma", "/ln/beta"):
+                init.CopyFrom(onnx.numpy_helper.from_array(np.full((4, 16), 0.5, np.float32), init.name))
+    else:
+        model = patterns.skip_layer_norm(**kwargs)
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"Add": 1, "LayerNormalization": 1}
+    assert _messages(report, "SkipLayerNormFusion") == [message]
+    _assert_same_outputs(model, optimized)
+
+
+# --- EmbedLayerNormFusion ---------------------------------------------------------------------
+
+
+def test_embed_layer_norm_fuses_sliced_position_ids():
+    """Today's exporters slice a position_ids buffer: those ids become the op's position_ids input."""
+    model = patterns.embed_layer_norm(position="slice")
+    optimized, report = _optimize(model)
+    assert report.rules["EmbedLayerNormFusion"].fired == 1
+    assert report.ops_after == {
+        "Cast": 3, "Shape": 1, "Slice": 1,
+        "com.microsoft.Attention": 1, "com.microsoft.EmbedLayerNormalization": 1,
+    }
+    node = _node(optimized, "EmbedLayerNormalization")
+    assert list(node.input)[2:8] == ["/emb/word", "/emb/position", "/emb/segment", "/emb/ln/gamma", "/emb/ln/beta", ""]
+    assert len(node.input) == 9 and len(node.output) == 2
+    assert onnx.helper.get_attribute_value(node.attribute[0]) == pytest.approx(1e-12)
+    _assert_same_outputs(model, optimized)
+
+
+def test_embed_layer_norm_drops_constant_default_positions():
+    model = patterns.embed_layer_norm(position="constant")
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"Cast": 2, "com.microsoft.Attention": 1, "com.microsoft.EmbedLayerNormalization": 1}
+    assert len(_node(optimized, "EmbedLayerNormalization").input) == 7
+    _assert_same_outputs(model, optimized, batch=patterns.EMB_BATCH, seq=patterns.EMB_SEQ)
+
+
+def test_embed_layer_norm_without_segment_embedding():
+    """DistilBERT: word + position only; the segment inputs stay empty."""
+    model = patterns.embed_layer_norm(segment=False)
+    optimized, report = _optimize(model)
+    assert report.ops_after["com.microsoft.EmbedLayerNormalization"] == 1
+    node = _node(optimized, "EmbedLayerNormalization")
+    assert node.input[1] == "" and node.input[4] == ""
+    _assert_same_outputs(model, optimized)
+
+
+def test_embed_layer_norm_keeps_the_sum_read_by_the_first_residual():
+    model = patterns.embed_layer_norm(sum_consumed=True)
+    optimized, report = _optimize(model)
+    assert report.ops_after["com.microsoft.EmbedLayerNormalization"] == 1
+    node = _node(optimized, "EmbedLayerNormalization")
+    assert len(node.output) == 3 and node.output[2] == "/emb/Add_1_output_0"
+    _assert_same_outputs(model, optimized)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(attention=False), "EmbedLayerNormFusion at /emb/LayerNorm: LayerNormalization '/emb/LayerNorm' feeds no "
+         "com.microsoft.Attention; like ONNX Runtime, the embedding is fused only in front of a fused Attention"),
+        (dict(position="input"), "EmbedLayerNormFusion at /emb/LayerNorm: cannot tell the position lookup from the segment "
+         "lookup: ids 'token_type_ids', 'position_ids' are both graph inputs or both computed"),
+    ],
+    ids=["no-attention", "ambiguous-ids"],
+)
+def test_embed_layer_norm_near_misses(kwargs, message):
+    model = patterns.embed_layer_norm(**kwargs)
+    optimized, report = _optimize(model)
+    assert report.ops_after.get("com.microsoft.EmbedLayerNormalization", 0) == 0
+    assert report.ops_after["Gather"] == 3 and report.ops_after["LayerNormalization"] == 1
+    assert _messages(report, "EmbedLayerNormFusion") == [message]
+    _assert_same_outputs(model, optimized)
+
+
+def test_embed_layer_norm_two_consumers_of_a_lookup():
+    model = patterns.embed_layer_norm()
+    model.graph.node.append(onnx.helper.make_node("Neg", ["/emb/seg_out"], ["extra"], name="/emb/Neg"))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("extra", TensorProto.FLOAT, None))
+    optimized, report = _optimize(model)
+    assert report.ops_after.get("com.microsoft.EmbedLayerNormalization", 0) == 0
+    assert _messages(report, "EmbedLayerNormFusion") == [
+        "EmbedLayerNormFusion at /emb/LayerNorm: intermediate value '/emb/seg_out' also feeds Neg '/emb/Neg'"
+    ]
+    _assert_same_outputs(model, optimized)
+
+
+# --- exported fixtures ------------------------------------------------------------------------
+
+# Measured at level extended with AttentionFusion in the level (EmbedLayerNormFusion needs it).
+# GPT-2 TorchScript: its wpe lookup passes through a Cast and input_ids through a Reshape, so no
+# EmbedLayerNormalization; two residual Adds join dims that shape inference names differently.
+FIXTURE_COUNTS = {
+    "bert_torchscript_opset14": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
+    "bert_eager_torchscript_opset14": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
+    "bert_dynamo_opset20": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
+    "gpt2_torchscript_opset14": {"LayerNormalization": 3, "SkipLayerNormalization": 2, "EmbedLayerNormalization": 0},
+    "gpt2_dynamo_opset20": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURE_COUNTS))
+def test_fixture_normalization_counts_and_numerics(fixture):
+    path = MODELS / f"{fixture}.onnx"
+    if not path.is_file():
+        pytest.skip(f"{path.name} not exported")
+    optimized, report = _optimize(onnx.load(path))
+    ops = report.ops_after
+    counts = {
+        "LayerNormalization": ops.get("LayerNormalization", 0),
+        "SkipLayerNormalization": ops.get("com.microsoft.SkipLayerNormalization", 0),
+        "EmbedLayerNormalization": ops.get("com.microsoft.EmbedLayerNormalization", 0),
+    }
+    assert counts == FIXTURE_COUNTS[fixture]
+    assert "ReduceMean" not in ops  # every exported LayerNorm was recognised
+    _assert_same_outputs(str(path), optimized, batch=2, seq=16)
