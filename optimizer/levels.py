@@ -10,74 +10,74 @@ from optimizer.rule import Rule
 
 # --- basic: rules that keep the graph in standard ONNX ops --------------------------------
 # (each line below is uncommented by the change that adds the rule's module)
-# from optimizer.fusions.eliminate_identity import EliminateIdentity
-# from optimizer.fusions.eliminate_slice import EliminateSlice
-# from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
-# from optimizer.fusions.eliminate_dropout import EliminateDropout
-# from optimizer.fusions.constant_folding import ConstantFolding
-# from optimizer.fusions.reshape_fusion import ReshapeFusion
-# from optimizer.fusions.conv_add_fusion import ConvAddFusion
-# from optimizer.fusions.conv_mul_fusion import ConvMulFusion
-# from optimizer.fusions.conv_bn_fusion import ConvBNFusion
-# from optimizer.fusions.fuse_relu_clip import FuseReluClip
-# from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
+from optimizer.fusions.eliminate_identity import EliminateIdentity
+from optimizer.fusions.eliminate_slice import EliminateSlice
+from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
+from optimizer.fusions.eliminate_dropout import EliminateDropout
+from optimizer.fusions.constant_folding import ConstantFolding
+from optimizer.fusions.reshape_fusion import ReshapeFusion
+from optimizer.fusions.conv_add_fusion import ConvAddFusion
+from optimizer.fusions.conv_mul_fusion import ConvMulFusion
+from optimizer.fusions.conv_bn_fusion import ConvBNFusion
+from optimizer.fusions.fuse_relu_clip import FuseReluClip
+from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
 # --- extended: fusions into com.microsoft contrib ops --------------------------------------
-# from optimizer.fusions.gelu_fusion import GeluFusion
-# from optimizer.fusions.fast_gelu_fusion import FastGeluFusion
-# from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
+from optimizer.fusions.gelu_fusion import GeluFusion
+from optimizer.fusions.fast_gelu_fusion import FastGeluFusion
+from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
 from optimizer.fusions.bias_gelu_fusion import BiasGeluFusion
-# from optimizer.fusions.gelu_approximation import GeluApproximation
-# from optimizer.fusions.gemm_activation_fusion import GemmActivationFusion
-# from optimizer.fusions.conv_activation_fusion import ConvActivationFusion
-# from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
-# from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
-# from optimizer.fusions.layer_norm_fusion import LayerNormFusion
-# from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
-# from optimizer.fusions.skip_layer_norm_fusion import SkipLayerNormFusion
-# from optimizer.fusions.embed_layer_norm_fusion import EmbedLayerNormFusion
-# from optimizer.fusions.attention_fusion import AttentionFusion
+from optimizer.fusions.gelu_approximation import GeluApproximation
+from optimizer.fusions.gemm_activation_fusion import GemmActivationFusion
+from optimizer.fusions.conv_activation_fusion import ConvActivationFusion
+from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
+from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
+from optimizer.fusions.layer_norm_fusion import LayerNormFusion
+from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
+from optimizer.fusions.skip_layer_norm_fusion import SkipLayerNormFusion
+from optimizer.fusions.embed_layer_norm_fusion import EmbedLayerNormFusion
+from optimizer.fusions.attention_fusion import AttentionFusion
 
 LEVEL_NAMES = ("disabled", "basic", "extended", "layout", "all")
 
 # Single-node eliminations are cheap and expose patterns to everything after them: first.
 BASIC_CLEANUPS: list[Rule] = [
-    # EliminateIdentity(),
-    # EliminateDropout(),
-    # EliminateSlice(),
-    # UnsqueezeElimination(),
-    # ConstantFolding(),
-    # ReshapeFusion(),
-    # ConvBNFusion(),
-    # ConvMulFusion(),
-    # ConvAddFusion(),
-    # FuseReluClip(),
+    EliminateIdentity(),
+    EliminateDropout(),
+    EliminateSlice(),
+    UnsqueezeElimination(),
+    ConstantFolding(),
+    ReshapeFusion(),
+    ConvBNFusion(),
+    ConvMulFusion(),
+    ConvAddFusion(),
+    FuseReluClip(),
 ]
 
 BASIC: list[Rule] = BASIC_CLEANUPS + [
-    # MatMulAddFusion(),
+    MatMulAddFusion(),
 ]
 
 EXTENDED: list[Rule] = BASIC_CLEANUPS + [
     # GELU patterns become single ops first, so the bias and approximation rules see them.
-    # GeluFusion(),
-    # FastGeluFusion(),
-    # QuickGeluFusion(),
+    GeluFusion(),
+    FastGeluFusion(),
+    QuickGeluFusion(),
     # LayerNorm before SkipLayerNorm and Attention: both anchor on LayerNormalization.
-    # LayerNormFusion(),
-    # SimplifiedLayerNormFusion(),
-    # AttentionFusion(),
-    # EmbedLayerNormFusion(),
-    # SkipLayerNormFusion(),
+    LayerNormFusion(),
+    SimplifiedLayerNormFusion(),
+    AttentionFusion(),
+    EmbedLayerNormFusion(),
+    SkipLayerNormFusion(),
     BiasGeluFusion(),
-    # MatMulScaleFusion(),
-    # MatmulTransposeFusion(),
+    MatMulScaleFusion(),
+    MatmulTransposeFusion(),
     # MatMul+Add -> Gemm runs after every fusion that anchors on such an Add (BiasGelu,
     # SkipLayerNorm, Attention); run first, as in ONNX Runtime 1.31, it swallows those Adds.
-    # MatMulAddFusion(),
-    # GemmActivationFusion(),
-    # ConvActivationFusion(),
+    MatMulAddFusion(),
+    GemmActivationFusion(),
+    ConvActivationFusion(),
     # Off unless asked for (it changes numerics): Gelu/BiasGelu -> FastGelu.
-    # GeluApproximation(),
+    GeluApproximation(),
 ]
 
 # Layout rules for our CPU kernels are added by runtime's layout work.

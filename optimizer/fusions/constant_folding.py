@@ -1,0 +1,143 @@
+"""ConstantFolding: nodes whose inputs are all constant  =>  initializers.
+
+Exporters compute shapes, masks and index ranges from constants (Shape of a static
+input, Range over a fixed length, Cast of a literal); evaluating them once here removes
+the nodes and exposes constants to the fusions that follow (ReshapeFusion, the Conv
+folds, BiasGelu's bias). Shape of a value whose shape is fully known folds too.
+
+What is folded is what `optimizer.constant_eval` can evaluate: standard-domain ops only.
+Never folded:
+  - ops the evaluator does not cover (silently — there is nothing for a user to fix);
+  - nondeterministic ops (RandomNormal...): folding would freeze one random draw;
+  - contrib (com.microsoft) and custom domains: we do not know their semantics;
+  - results above MAX_FOLDED_ELEMENTS: see its comment;
+  - nodes producing a graph output: the output must stay a computed, named value.
+Constant nodes become initializers here too, as ONNX Runtime does when it loads a model.
+Initializers that only fed folded nodes are removed; other unused initializers are left
+alone (this rule cleans up after itself only).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from optimizer import constant_eval
+from optimizer.match import const_array, is_op, opset
+from optimizer.rule import Rule
+
+# Folding trades run-time work for model-file bytes. A shape-sized result is a clear win;
+# an activation-sized one (ConstantOfShape or Expand building a [batch, heads, seq, seq]
+# mask, say) would bloat the model by megabytes and replace a cheap fill with a memory
+# read, so results above this size are left to be computed at run time.
+MAX_FOLDED_ELEMENTS = 1_000_000
+
+# Marks the initializers this rule created, so it can remove them once nothing reads them.
+FOLDED_META_KEY = "fusionwatch.folded"
+
+# Listed for clarity: none of these is in the evaluator's table, and none must ever be.
+NONDETERMINISTIC = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+)
+
+
+class ConstantFoldingError(RuntimeError):
+    """A constant subgraph that the ONNX spec says cannot be evaluated (the model is invalid)."""
+
+
+class ConstantFolding(Rule):
+    name = "ConstantFolding"
+    anchors = ()  # a whole-graph pass: folding one node makes its consumers foldable
+
+    def run_on_graph(self, graph: ir.Graph) -> int:
+        folded = 0
+        fed_folded_nodes: dict[int, ir.Value] = {}
+        graph_opset = opset(graph)
+        for node in list(graph):  # topological order, so a folded result feeds the next node
+            arrays = self._fold(node, graph_opset)
+            if arrays is None:
+                continue
+            for value in node.inputs:
+                if value is not None and value.is_initializer():
+                    fed_folded_nodes[id(value)] = value
+            _replace_with_initializers(graph, node, arrays)
+            folded += 1
+        # Our own initializers can also lose their readers to later rules (ReshapeFusion drops
+        # the Gathers that read folded indices), so they are swept on every run.
+        fed_folded_nodes.update((id(v), v) for v in graph.initializers.values() if v.meta.get(FOLDED_META_KEY))
+        for value in fed_folded_nodes.values():
+            if not value.uses() and not value.is_graph_output() and not value.is_graph_input():
+                graph.initializers.pop(value.name)
+        return folded
+
+    def _fold(self, node: ir.Node, graph_opset: int) -> list[np.ndarray] | None:
+        """The node's outputs when it can and should be folded, else None."""
+        if (node.domain or "") != "" or node.op_type in NONDETERMINISTIC:
+            return None
+        if any(v.is_graph_output() for v in node.outputs):
+            return None
+        if is_op(node, "Shape"):
+            return _static_shape(node, graph_opset)
+        if not constant_eval.can_evaluate(node):
+            return None
+        if any(v is not None and v.shape is not None and _too_big(v.shape) for v in node.outputs):
+            return None  # shape inference already says the result is activation-sized
+        inputs = [None if v is None else const_array(v) for v in node.inputs]
+        if any(array is None for array, v in zip(inputs, node.inputs, strict=True) if v is not None):
+            return None
+        try:
+            if node.op_type in ("ConstantOfShape", "Expand", "Tile") and _expands_too_far(node.op_type, inputs):
+                return None  # checked before evaluating so a huge result is never allocated
+            arrays = constant_eval.evaluate(node, inputs, graph_opset)
+        except constant_eval.NotEvaluable:
+            return None
+        except (ValueError, IndexError, TypeError) as error:
+            raise ConstantFoldingError(
+                f"ConstantFolding: {node.op_type} node '{node.name}' cannot be evaluated on its constant inputs: {error}"
+            ) from error
+        if any(a.size > MAX_FOLDED_ELEMENTS for a in arrays):
+            return None
+        return arrays
+
+
+def _static_shape(node: ir.Node, graph_opset: int) -> list[np.ndarray] | None:
+    """Shape of a value whose every dimension is known."""
+    source = node.inputs[0]
+    if source.shape is None or not all(isinstance(d, int) for d in source.shape):
+        return None
+    # Only the shape is read: a zero-stride view stands in for the data at no cost.
+    placeholder = np.broadcast_to(np.zeros((), dtype=np.bool_), tuple(source.shape))
+    return constant_eval.evaluate(node, [placeholder], graph_opset)
+
+
+def _too_big(shape: ir.Shape) -> bool:
+    return all(isinstance(d, int) for d in shape) and math.prod(shape) > MAX_FOLDED_ELEMENTS
+
+
+def _expands_too_far(op_type: str, inputs: list) -> bool:
+    """Whether a ConstantOfShape/Expand/Tile would produce more than MAX_FOLDED_ELEMENTS."""
+    if op_type == "ConstantOfShape":
+        size = math.prod(int(d) for d in inputs[0].reshape(-1))
+    elif op_type == "Expand":
+        size = math.prod(np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1))))
+    else:
+        size = inputs[0].size * math.prod(int(d) for d in inputs[1].reshape(-1))
+    return size > MAX_FOLDED_ELEMENTS
+
+
+def _replace_with_initializers(graph: ir.Graph, node: ir.Node, arrays: list[np.ndarray]) -> None:
+    """Put one initializer in place of each output of `node`, under the output's name, and drop it."""
+    replacements = []
+    for value, array in zip(node.outputs, arrays, strict=True):
+        tensor = ir.tensor(np.asarray(array, order="C"), name=value.name)  # ascontiguousarray would make 0-d arrays 1-d
+        replacement = ir.Value(name=None, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+        value.replace_all_uses_with(replacement)
+        replacements.append((value, replacement))
+    graph.remove(node, safe=True)
+    for value, replacement in replacements:
+        if replacement.uses():
+            replacement.name = value.name
+            replacement.meta[FOLDED_META_KEY] = True
+            graph.register_initializer(replacement)

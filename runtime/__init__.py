@@ -1,0 +1,36 @@
+"""fusionwatch's own executor: numpy kernels run by a planned, sequential loop.
+
+    from runtime import InferenceSession, SessionOptions
+    session = InferenceSession("model.onnx", SessionOptions(graph_optimization_level="all"))
+    outputs = session.run(None, {"input": x})
+
+Modules: options (SessionOptions), session (InferenceSession), plan (node order, kernels,
+slots, release points), executor (the loop; GraphExecutor for subgraphs), profiler
+(ONNX Runtime-format traces), threads (intra_op_num_threads), errors, kernels/, backends/.
+"""
+
+from runtime.errors import (
+    GraphPlanError,
+    InvalidFeedError,
+    InvalidOutputNameError,
+    NodeExecutionError,
+    UnsupportedModelError,
+    UnsupportedOp,
+)
+from runtime.executor import GraphExecutor
+from runtime.options import SessionOptions
+from runtime.session import InferenceSession, MemoryStats, NodeArg
+
+__all__ = [
+    "GraphExecutor",
+    "GraphPlanError",
+    "InferenceSession",
+    "InvalidFeedError",
+    "InvalidOutputNameError",
+    "MemoryStats",
+    "NodeArg",
+    "NodeExecutionError",
+    "SessionOptions",
+    "UnsupportedModelError",
+    "UnsupportedOp",
+]

@@ -1,0 +1,254 @@
+"""Running a planned graph: a plain loop over precomputed steps.
+
+    executor = GraphExecutor(model.graph, opsets={"": 17})
+    outputs = executor.run({"x": x})  # a list, in graph-output order
+
+Everything that can be decided before a run is decided in runtime/plan.py: node order,
+kernel instances, value slots, release points. A run copies the plan's slot template,
+places the feeds, and loops: gather the step's input slots, call the pre-bound kernel,
+store its outputs, drop the values nothing reads any more.
+
+Subgraphs, for control-flow kernels (If, Loop, Scan):
+
+    class If(Kernel):
+        def __init__(self, node, opset, backend=numpy_backend):
+            super().__init__(node, opset, backend)
+            self.then_branch = GraphExecutor(self.attr("then_branch"))
+            self.else_branch = GraphExecutor(self.attr("else_branch"))
+
+        def run(self, cond, *, outer_scope):
+            branch = self.then_branch if bool(cond) else self.else_branch
+            return tuple(branch.run({}, outer_scope))
+
+- A node with a graph attribute has its kernel called as `run(*inputs, outer_scope=mapping)`;
+  `mapping` holds, by name, every value its subgraphs (at any depth) read from enclosing
+  graphs. Pass it on unchanged to the subgraph's `run`.
+- `GraphExecutor(graph)` without `opsets` reuses the scope the enclosing graph was planned
+  with (model opsets, backend, extra kernels), which planning stores in `graph.meta` before
+  it builds the node's kernel. So a kernel builds its subgraph executors in `__init__`, at
+  session creation, and a missing op inside a body fails there, not mid-run.
+- `run(feeds, outer_scope)` takes feeds by the subgraph's input names (`input_names`, in
+  order, e.g. Loop's iteration number, condition and carried values) and returns outputs in
+  `output_names` order. Subgraph feeds are not type-checked: bodies often leave them untyped.
+- An executor is safe to call re-entrantly and from several threads: each run has its own
+  slot list. Kernels must keep `run` free of per-call state for the same reason.
+
+Speed: most runs go through `_run_steps`. The first run for each distinct set of feed
+shapes, and every run while profiling, goes through `_run_measured` instead, which also
+checks each kernel's output contract, measures the peak bytes of live intermediates, and
+times nodes for the profiler; so the common path pays for none of that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import onnx_ir as ir
+
+from runtime.backends import Backend, numpy_backend
+from runtime.errors import GraphPlanError, InvalidFeedError, NodeExecutionError, domain_label
+from runtime.kernels.base import Kernel
+from runtime.plan import SCOPE_META_KEY, SINK_SLOT, Plan, Scope, Step, build_plan, normalize_domain
+from runtime.profiler import ACTIVE_PROFILER, Profiler
+
+# Peak bytes are measured once per distinct feed shapes; a Loop whose carried tensors grow
+# every iteration would otherwise measure every run and keep every signature.
+MAX_MEASURED_SHAPES = 64
+
+
+class GraphExecutor:
+    """Plans `graph` once and runs it on feeds by name; see the module docstring."""
+
+    def __init__(
+        self,
+        graph: ir.Graph,
+        opsets: Mapping[str, int] | None = None,
+        backend: Backend | None = None,
+        extra_kernels: Sequence[type[Kernel]] | None = None,
+    ) -> None:
+        inherited: Scope | None = graph.meta.get(SCOPE_META_KEY)
+        if opsets is None and inherited is None:
+            raise GraphPlanError(
+                f"GraphExecutor for graph '{graph.name}' needs opsets: pass them, or build it from a kernel "
+                "whose node the runtime planned (the enclosing scope is then reused)"
+            )
+        if opsets is not None:
+            opsets = {normalize_domain(domain): version for domain, version in opsets.items()}
+        if inherited is not None:  # explicit arguments win over the inherited scope
+            opsets = opsets if opsets is not None else inherited.opsets
+            backend = backend or inherited.backend
+            extra_kernels = extra_kernels if extra_kernels is not None else inherited.extra_kernels
+        self.scope = Scope(opsets, backend or numpy_backend, tuple(extra_kernels or ()))
+        self.graph = graph
+        self.plan: Plan = build_plan(graph, self.scope)
+        self.peak_bytes = 0
+        self._measured_shapes: set[tuple] = set()
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.plan.input_slots)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.plan.output_names)
+
+    @property
+    def outer_scope_names(self) -> list[str]:
+        """Values this graph reads from enclosing graphs; `run` needs each in `outer_scope`."""
+        return list(self.plan.outer_slots)
+
+    def run(self, feeds: Mapping[str, Any], outer_scope: Mapping[str, Any] | None = None) -> list[Any]:
+        plan = self.plan
+        unknown = [name for name in feeds if name not in plan.input_slots]
+        if unknown:
+            raise InvalidFeedError(
+                f"graph '{self.graph.name}': unknown input(s) {unknown}; its inputs are {self.input_names}"
+            )
+        values = self.new_frame()
+        for name, slot in plan.input_slots.items():
+            if name in feeds:
+                values[slot] = feeds[name]
+            elif slot not in plan.initializer_slots:
+                raise InvalidFeedError(
+                    f"graph '{self.graph.name}': missing input '{name}'; its inputs are {self.input_names}"
+                )
+        if plan.outer_slots:
+            outer_scope = outer_scope or {}
+            for name, slot in plan.outer_slots.items():
+                if name not in outer_scope:
+                    raise GraphPlanError(
+                        f"graph '{self.graph.name}' reads '{name}' from its enclosing scope, but outer_scope "
+                        f"has no such value (it has {sorted(outer_scope)})"
+                    )
+                values[slot] = outer_scope[name]
+        self.run_frame(values, tuple(getattr(feeds[name], "shape", None) for name in feeds))
+        return [values[slot] for slot in plan.output_slots]
+
+    def new_frame(self) -> list[Any]:
+        """A run's slot list: initializers in place, everything else still None."""
+        return self.plan.template.copy()
+
+    def run_frame(self, values: list[Any], shapes: tuple) -> None:
+        """Execute every step on a filled frame; `shapes` identifies the feeds' shapes."""
+        profiler = ACTIVE_PROFILER.get()
+        measured = self._measured_shapes
+        if profiler is None and (shapes in measured or len(measured) >= MAX_MEASURED_SHAPES):
+            _run_steps(self.plan, values)
+            return
+        peak = _run_measured(self.plan, values, profiler)
+        self.peak_bytes = max(self.peak_bytes, peak)
+        self._measured_shapes.add(shapes)
+
+
+def _run_steps(plan: Plan, values: list[Any]) -> None:
+    # zip(strict=False): a kernel may return optional outputs its node does not name.
+    for index, (run, inputs, outputs, frees) in enumerate(plan.loop):
+        try:
+            results = run(*[values[i] for i in inputs])
+        except Exception as error:
+            step = plan.steps[index]
+            raise _node_failure(step, [values[i] for i in step.inputs], error) from error
+        for slot, value in zip(outputs, results, strict=False):
+            values[slot] = value
+        for slot in frees:
+            values[slot] = None
+
+
+def _run_measured(plan: Plan, values: list[Any], profiler: Profiler | None) -> int:
+    """`_run_steps` plus contract checks, peak live bytes and (when profiling) node events."""
+    clock = time.perf_counter_ns
+    # Buffers that exist before the run (weights, feeds) are not the run's allocations, even
+    # when an intermediate is a view of one (Reshape of a weight).
+    preexisting = {
+        id(root)
+        for slot, value in enumerate(values)
+        if value is not None and slot not in plan.intermediate_slots
+        for root in _root_buffers(value)
+    }
+    live: dict[int, Any] = {}
+    peak = 0
+    for step, (run, inputs, outputs, frees) in zip(plan.steps, plan.loop, strict=True):
+        args = [values[i] for i in inputs]
+        try:
+            start = clock()
+            results = run(*args)
+            end = clock()
+        except Exception as error:
+            raise _node_failure(step, args, error) from error
+        _check_results(step, results)
+        for slot, value in zip(outputs, results, strict=False):
+            values[slot] = value
+            if slot != SINK_SLOT:
+                live[slot] = value
+        if profiler is not None:
+            profiler.record_node(plan, step, start, end, args, results)
+        peak = max(peak, _live_bytes(live.values(), preexisting))
+        for slot in frees:
+            values[slot] = None
+            live.pop(slot, None)
+    return peak
+
+
+def _root_buffers(value: Any) -> Iterable[Any]:
+    """The arrays that own the memory behind `value` (a view's base chain ends at its owner)."""
+    if isinstance(value, list | tuple):  # sequence values
+        for item in value:
+            yield from _root_buffers(item)
+        return
+    root = value
+    while getattr(root, "base", None) is not None and hasattr(root.base, "nbytes"):
+        root = root.base
+    yield root
+
+
+def _live_bytes(live: Iterable[Any], preexisting: set[int]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for value in live:
+        for root in _root_buffers(value):
+            key = id(root)
+            if key not in seen and key not in preexisting:
+                seen.add(key)
+                total += int(getattr(root, "nbytes", 0))
+    return total
+
+
+def _check_results(step: Step, results: Any) -> None:
+    """A kernel returns a tuple with a value for every output its node names."""
+    kernel = type(step.kernel).__name__
+    if not isinstance(results, tuple | list):
+        raise NodeExecutionError(
+            f"kernel {kernel} for node {step.label!r} returned {type(results).__name__}, not a tuple of outputs"
+        )
+    if len(results) < len(step.outputs):
+        raise NodeExecutionError(
+            f"kernel {kernel} for node {step.label!r} returned {len(results)} output(s); "
+            f"the node has {len(step.outputs)}"
+        )
+    for position, (slot, value) in enumerate(zip(step.outputs, results, strict=False)):
+        if value is None and slot != SINK_SLOT:
+            raise NodeExecutionError(
+                f"kernel {kernel} for node {step.label!r} returned None for output {position} "
+                f"'{step.node.outputs[position].name}'"
+            )
+
+
+def _describe_value(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, list | tuple):
+        return f"sequence of {len(value)}"
+    dtype = getattr(value, "dtype", type(value).__name__)
+    return f"{dtype}{list(getattr(value, 'shape', ()))}"
+
+
+def _node_failure(step: Step, args: list[Any], error: Exception) -> NodeExecutionError:
+    node = step.node
+    op = f"{domain_label(node.domain)}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+    inputs = ", ".join(_describe_value(value) for value in args)
+    return NodeExecutionError(
+        f"node {step.label!r} ({op}, kernel {type(step.kernel).__name__}) failed on inputs ({inputs}): "
+        f"{type(error).__name__}: {error}"
+    )
