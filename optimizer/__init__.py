@@ -6,9 +6,9 @@
     result.report.near_misses  # why the rest did not fuse
 """
 
+from optimizer.driver import optimize
 from optimizer.levels import LEVEL_NAMES, LEVELS, known_rule_names, rules_for_level
 from optimizer.model_io import ModelLoadError, load_model, save_model
-from optimizer.driver import optimize
 from optimizer.report import NearMiss, OptimizeReport, OptimizeResult
 
 __all__ = [

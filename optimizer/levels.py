@@ -6,36 +6,33 @@ does. Rules carry ONNX Runtime's names so a user's `disabled_optimizers` list ca
 
 from __future__ import annotations
 
-from optimizer.rule import Rule
-
-# --- basic: rules that keep the graph in standard ONNX ops --------------------------------
-# (each line below is uncommented by the change that adds the rule's module)
+from optimizer.fusions.attention_fusion import AttentionFusion
+from optimizer.fusions.bias_gelu_fusion import BiasGeluFusion
+from optimizer.fusions.common_subexpression_elimination import CommonSubexpressionElimination
+from optimizer.fusions.constant_folding import ConstantFolding
+from optimizer.fusions.conv_activation_fusion import ConvActivationFusion
+from optimizer.fusions.conv_add_fusion import ConvAddFusion
+from optimizer.fusions.conv_bn_fusion import ConvBNFusion
+from optimizer.fusions.conv_mul_fusion import ConvMulFusion
+from optimizer.fusions.eliminate_dropout import EliminateDropout
 from optimizer.fusions.eliminate_identity import EliminateIdentity
 from optimizer.fusions.eliminate_slice import EliminateSlice
-from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
-from optimizer.fusions.eliminate_dropout import EliminateDropout
-from optimizer.fusions.constant_folding import ConstantFolding
-from optimizer.fusions.reshape_fusion import ReshapeFusion
-from optimizer.fusions.conv_add_fusion import ConvAddFusion
-from optimizer.fusions.conv_mul_fusion import ConvMulFusion
-from optimizer.fusions.conv_bn_fusion import ConvBNFusion
-from optimizer.fusions.fuse_relu_clip import FuseReluClip
-from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
-# --- extended: fusions into com.microsoft contrib ops --------------------------------------
-from optimizer.fusions.gelu_fusion import GeluFusion
+from optimizer.fusions.embed_layer_norm_fusion import EmbedLayerNormFusion
 from optimizer.fusions.fast_gelu_fusion import FastGeluFusion
-from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
-from optimizer.fusions.bias_gelu_fusion import BiasGeluFusion
+from optimizer.fusions.fuse_relu_clip import FuseReluClip
 from optimizer.fusions.gelu_approximation import GeluApproximation
+from optimizer.fusions.gelu_fusion import GeluFusion
 from optimizer.fusions.gemm_activation_fusion import GemmActivationFusion
-from optimizer.fusions.conv_activation_fusion import ConvActivationFusion
+from optimizer.fusions.layer_norm_fusion import LayerNormFusion
+from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
 from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
 from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
-from optimizer.fusions.layer_norm_fusion import LayerNormFusion
+from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
+from optimizer.fusions.reshape_fusion import ReshapeFusion
 from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
 from optimizer.fusions.skip_layer_norm_fusion import SkipLayerNormFusion
-from optimizer.fusions.embed_layer_norm_fusion import EmbedLayerNormFusion
-from optimizer.fusions.attention_fusion import AttentionFusion
+from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
+from optimizer.rule import Rule
 
 LEVEL_NAMES = ("disabled", "basic", "extended", "layout", "all")
 
@@ -46,6 +43,9 @@ BASIC_CLEANUPS: list[Rule] = [
     EliminateSlice(),
     UnsqueezeElimination(),
     ConstantFolding(),
+    # After folding, so constants that became equal merge too; before ReshapeFusion, which
+    # needs one Shape producer where TorchScript exports repeat it.
+    CommonSubexpressionElimination(),
     ReshapeFusion(),
     ConvBNFusion(),
     ConvMulFusion(),

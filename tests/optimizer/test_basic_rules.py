@@ -476,15 +476,14 @@ def test_evaluator_matches_onnxruntime(op, inputs, attributes):
 
 # --- exported fixtures --------------------------------------------------------------------------------
 
-# file -> (nodes at "disabled", nodes at "basic", rule -> times fired). Measured; ONNX Runtime's
-# own basic level leaves 122 / 169 / 199 / 139 / 296 / 20 nodes (it also merges duplicate
-# Shape/Cast/Gather nodes, a common-subexpression pass we do not have).
+# file -> (nodes at "disabled", nodes at "basic", rule -> times fired). Measured; ONNX Runtime
+# 1.32's own basic level leaves 122 / 169 / 199 / 139 / 296 / 20 nodes.
 FIXTURE_COUNTS = {
     "bert_dynamo_opset20.onnx": (120, 120, {}),
-    "bert_eager_torchscript_opset14.onnx": (286, 177, {"ConstantFolding": 91, "ReshapeFusion": 6}),
-    "bert_torchscript_opset14.onnx": (335, 206, {"ConstantFolding": 111, "ReshapeFusion": 6}),
+    "bert_eager_torchscript_opset14.onnx": (286, 174, {"ConstantFolding": 91, "CommonSubexpressionElimination": 3, "ReshapeFusion": 6}),
+    "bert_torchscript_opset14.onnx": (335, 203, {"ConstantFolding": 111, "CommonSubexpressionElimination": 3, "ReshapeFusion": 6}),
     "gpt2_dynamo_opset20.onnx": (137, 137, {}),
-    "gpt2_torchscript_opset14.onnx": (577, 307, {"ConstantFolding": 220, "ReshapeFusion": 9}),
+    "gpt2_torchscript_opset14.onnx": (577, 289, {"ConstantFolding": 220, "CommonSubexpressionElimination": 24, "ReshapeFusion": 9}),
     "resnet_tiny_opset17.onnx": (20, 20, {}),
 }
 
@@ -512,8 +511,6 @@ def _fixture_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("name", sorted(FIXTURE_COUNTS))
 def test_fixture_node_counts_and_numerics(name):
     path = MODELS / name
-    if not path.exists():
-        pytest.skip(f"{name} not exported")
     before, after, fired = FIXTURE_COUNTS[name]
     model = onnx.load(str(path))
     assert optimize(model, level="disabled").report.nodes_after == before
@@ -521,12 +518,3 @@ def test_fixture_node_counts_and_numerics(name):
     assert (result.report.nodes_before, result.report.nodes_after) == (before, after)
     assert {rule: s.fired for rule, s in result.report.rules.items() if s.fired} == fired
     _assert_same_numerics(model, result, _fixture_feeds(model))
-
-
-def test_constant_folding_time_on_the_biggest_fixture():
-    path = MODELS / "gpt2_torchscript_opset14.onnx"  # the most nodes (577), 220 of them folded
-    if not path.exists():
-        pytest.skip("fixture not exported")
-    result = _basic(onnx.load(str(path)))
-    # About 35 ms on the development machine; the bound only catches a pathological slowdown.
-    assert result.report.rules["ConstantFolding"].ms < 2000

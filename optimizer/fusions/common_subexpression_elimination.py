@@ -1,0 +1,23 @@
+"""CommonSubexpressionElimination: nodes computing the same op on the same inputs become one.
+
+TorchScript exports repeat `Shape(x)` and friends for every use; merging them lets the
+pattern rules see one producer where there were several. onnx-ir ships a well-kept pass for
+this (same op, domain, attributes and inputs; nodes with subgraphs or random ops are left
+alone), so this rule only adapts it to our rule API and counts what it merged.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnx_ir.passes.common import CommonSubexpressionEliminationPass
+
+from optimizer.rule import Rule
+
+
+class CommonSubexpressionElimination(Rule):
+    name = "CommonSubexpressionElimination"
+
+    def run_on_graph(self, graph: ir.Graph) -> int:
+        before = graph.num_nodes()
+        CommonSubexpressionEliminationPass()(ir.Model(graph, ir_version=10))
+        return before - graph.num_nodes()
