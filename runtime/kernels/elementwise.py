@@ -1,0 +1,641 @@
+"""Elementwise kernels: arithmetic, math functions, comparisons, logic, bitwise, Where, Cast, Clip.
+
+Most ops are one numpy ufunc, so a kernel is a line naming it; the ufunc is looked up on the
+backend's array module once, in `__init__` (`"add"` resolves to numpy's or CuPy's `add`).
+Kernels never write into their inputs (an input may be a graph input or an initializer);
+an output may be an input itself where the op is a no-op (a one-input Sum), which is safe
+for the same reason. numpy returns a scalar, not an array, for 0-d results, hence `asarray`.
+
+Binary arithmetic starts at opset 7: before it, ops broadcast by `axis`/`broadcast`
+attributes instead of numpy's rules, which we don't implement.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any, ClassVar
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+from runtime.backends import numpy_backend
+from runtime.kernels.base import Kernel, UnsupportedOp
+
+# ---- shared bases ------------------------------------------------------------------------
+
+
+class UnaryUfunc(Kernel):
+    """y = ufunc(x)."""
+
+    ufunc: ClassVar[str]
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._fn = getattr(self.xp, self.ufunc)
+
+    def run(self, x):
+        return (self.xp.asarray(self._fn(x)),)
+
+
+class BinaryUfunc(Kernel):
+    """z = ufunc(a, b) with numpy broadcasting (ONNX multidirectional broadcasting)."""
+
+    ufunc: ClassVar[str]
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._fn = getattr(self.xp, self.ufunc)
+
+    def run(self, a, b):
+        return (self.xp.asarray(self._fn(a, b)),)
+
+
+class VariadicUfunc(Kernel):
+    """Folds a binary ufunc over any number of broadcast inputs (Max, Min, Sum)."""
+
+    ufunc: ClassVar[str]
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._fn = getattr(self.xp, self.ufunc)
+
+    def run(self, *inputs):
+        if len(inputs) == 1:
+            return (inputs[0],)
+        return (self.xp.asarray(reduce(self._fn, inputs)),)
+
+
+# ---- arithmetic --------------------------------------------------------------------------
+
+
+class Add(BinaryUfunc):
+    op_type, since_version, ufunc = "Add", 7, "add"
+
+
+class Sub(BinaryUfunc):
+    op_type, since_version, ufunc = "Sub", 7, "subtract"
+
+
+class Mul(BinaryUfunc):
+    op_type, since_version, ufunc = "Mul", 7, "multiply"
+
+
+class Div(BinaryUfunc):
+    """Integer division truncates toward zero as in C (ONNX), where numpy's `//` floors."""
+
+    op_type = "Div"
+    since_version = 7
+    ufunc = "divide"
+
+    def run(self, a, b):
+        xp = self.xp
+        if a.dtype.kind in "iu":
+            # a - fmod(a, b) is an exact multiple of b, so floor division of it is exact.
+            return (xp.asarray(xp.floor_divide(a - xp.fmod(a, b), b)),)
+        return (xp.asarray(xp.divide(a, b)),)
+
+
+class Pow(Kernel):
+    """The output keeps the base's type, whatever the exponent's (Pow-12 allows mixing)."""
+
+    op_type = "Pow"
+    since_version = 7
+
+    def run(self, x, y):
+        z = self.xp.power(x, y)
+        return (self.xp.asarray(z if z.dtype == x.dtype else z.astype(x.dtype)),)
+
+
+class Mod(Kernel):
+    """fmod=0: the sign of the divisor (numpy's `mod`); fmod=1: the sign of the dividend (C fmod)."""
+
+    op_type = "Mod"
+    since_version = 10
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._fn = self.xp.fmod if self.attr("fmod", 0) else self.xp.mod
+
+    def run(self, a, b):
+        return (self.xp.asarray(self._fn(a, b)),)
+
+
+class Max(VariadicUfunc):
+    op_type, since_version, ufunc = "Max", 1, "maximum"
+
+
+class Min(VariadicUfunc):
+    op_type, since_version, ufunc = "Min", 1, "minimum"
+
+
+class Sum(VariadicUfunc):
+    op_type, since_version, ufunc = "Sum", 1, "add"
+
+
+class Mean(VariadicUfunc):
+    op_type = "Mean"
+    since_version = 1
+    ufunc = "add"
+
+    def run(self, *inputs):
+        if len(inputs) == 1:
+            return (inputs[0],)
+        total = reduce(self._fn, inputs)  # a fresh array: safe to divide in place
+        total /= len(inputs)
+        return (self.xp.asarray(total),)
+
+
+class Neg(UnaryUfunc):
+    op_type, since_version, ufunc = "Neg", 1, "negative"
+
+
+class Abs(UnaryUfunc):
+    op_type, since_version, ufunc = "Abs", 1, "abs"
+
+
+class Reciprocal(UnaryUfunc):
+    op_type, since_version, ufunc = "Reciprocal", 1, "reciprocal"
+
+
+class Sqrt(UnaryUfunc):
+    op_type, since_version, ufunc = "Sqrt", 1, "sqrt"
+
+
+class Exp(UnaryUfunc):
+    op_type, since_version, ufunc = "Exp", 1, "exp"
+
+
+class Log(UnaryUfunc):
+    op_type, since_version, ufunc = "Log", 1, "log"
+
+
+class Ceil(UnaryUfunc):
+    op_type, since_version, ufunc = "Ceil", 1, "ceil"
+
+
+class Floor(UnaryUfunc):
+    op_type, since_version, ufunc = "Floor", 1, "floor"
+
+
+class Round(UnaryUfunc):
+    op_type, since_version, ufunc = "Round", 11, "rint"  # halves to even, as ONNX
+
+
+class Sign(UnaryUfunc):
+    op_type, since_version, ufunc = "Sign", 9, "sign"
+
+
+# ---- trigonometric and hyperbolic ------------------------------------------------------------
+
+
+class Sin(UnaryUfunc):
+    op_type, since_version, ufunc = "Sin", 7, "sin"
+
+
+class Cos(UnaryUfunc):
+    op_type, since_version, ufunc = "Cos", 7, "cos"
+
+
+class Tan(UnaryUfunc):
+    op_type, since_version, ufunc = "Tan", 7, "tan"
+
+
+class Asin(UnaryUfunc):
+    op_type, since_version, ufunc = "Asin", 7, "arcsin"
+
+
+class Acos(UnaryUfunc):
+    op_type, since_version, ufunc = "Acos", 7, "arccos"
+
+
+class Atan(UnaryUfunc):
+    op_type, since_version, ufunc = "Atan", 7, "arctan"
+
+
+class Sinh(UnaryUfunc):
+    op_type, since_version, ufunc = "Sinh", 9, "sinh"
+
+
+class Cosh(UnaryUfunc):
+    op_type, since_version, ufunc = "Cosh", 9, "cosh"
+
+
+class Asinh(UnaryUfunc):
+    op_type, since_version, ufunc = "Asinh", 9, "arcsinh"
+
+
+class Acosh(UnaryUfunc):
+    op_type, since_version, ufunc = "Acosh", 9, "arccosh"
+
+
+class Atanh(UnaryUfunc):
+    op_type, since_version, ufunc = "Atanh", 9, "arctanh"
+
+
+# ---- erf ------------------------------------------------------------------------------------
+# numpy has no erf and scipy isn't a dependency. float64 uses Cephes' rational approximations
+# (Moshier, public domain; the ones scipy compiles), accurate to double precision: erf for
+# |x| <= 1, erfc for 1 < |x| < 8, and 1 beyond (erfc(8) ~ 1e-29). Everything narrower uses the
+# float32 rational approximation Eigen and XLA use (x * P(x^2) / Q(x^2) on [-4, 4], a few ulp),
+# which costs a third of the passes: Gelu is on the hot path of every BERT.
+
+_ERF_NUM = (
+    9.60497373987051638749e0,
+    9.00260197203842689217e1,
+    2.23200534594684319226e3,
+    7.00332514112805075473e3,
+    5.55923013010394962768e4,
+)
+_ERF_DEN = (
+    1.0,
+    3.35617141647503099647e1,
+    5.21357949780152679795e2,
+    4.59432382970980127987e3,
+    2.26290000613890934246e4,
+    4.92673942608635921086e4,
+)
+_ERFC_NUM = (
+    2.46196981473530512524e-10,
+    5.64189564831068821977e-1,
+    7.46321056442269912687e0,
+    4.86371970985681366614e1,
+    1.96520832956077098242e2,
+    5.26445194995477358631e2,
+    9.34528527171957607540e2,
+    1.02755188689515710272e3,
+    5.57535335369399327526e2,
+)
+_ERFC_DEN = (
+    1.0,
+    1.32281951154744992508e1,
+    8.67072140885989742329e1,
+    3.54937778887819891062e2,
+    9.75708501743205489753e2,
+    1.82390916687909736289e3,
+    2.24633760818710981792e3,
+    1.65666309194161350182e3,
+    5.57535340817727675546e2,
+)
+_ERF32_NUM = (
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
+)
+_ERF32_DEN = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+              -7.37332916720468e-03, -1.42647390514189e-02)  # fmt: skip
+_ERF32_NUM = tuple(np.float32(c) for c in _ERF32_NUM)
+_ERF32_DEN = tuple(np.float32(c) for c in _ERF32_DEN)
+
+
+def _horner(coefficients, x):
+    """The polynomial with these coefficients (highest power first) at x, into a fresh array."""
+    result = x * coefficients[0]
+    result += coefficients[1]
+    for c in coefficients[2:]:
+        result *= x
+        result += c
+    return result
+
+
+def _erf64(xp, x):
+    ax = xp.abs(x)
+    near = xp.minimum(ax, 1.0)
+    z = near * near
+    erf_near = near * _horner(_ERF_NUM, z)
+    erf_near /= _horner(_ERF_DEN, z)
+    far = xp.clip(ax, 1.0, 8.0)
+    erfc_far = xp.exp(-far * far) * _horner(_ERFC_NUM, far)
+    erfc_far /= _horner(_ERFC_DEN, far)
+    result = xp.where(ax <= 1.0, erf_near, 1.0 - erfc_far)  # NaN fails `<=` and stays NaN via clip
+    return xp.copysign(result, x)
+
+
+def _erf32(xp, x):
+    x = xp.clip(x, np.float32(-4.0), np.float32(4.0))
+    x2 = x * x
+    result = _horner(_ERF32_NUM, x2)
+    result *= x
+    result /= _horner(_ERF32_DEN, x2)
+    return xp.clip(result, np.float32(-1.0), np.float32(1.0))  # the fit overshoots 1 by an ulp or two
+
+
+def erf(xp, x):
+    """erf of a float array, in x's dtype: to double precision for float64, to a few float32
+    ulp for float32 and narrower types (computed in float32)."""
+    if x.dtype == np.float64:
+        return _erf64(xp, x)
+    if x.dtype == np.float32:
+        return _erf32(xp, x)
+    return _erf32(xp, x.astype(np.float32)).astype(x.dtype)
+
+
+class Erf(Kernel):
+    op_type = "Erf"
+    since_version = 9
+
+    def run(self, x):
+        return (self.xp.asarray(erf(self.xp, x)),)
+
+
+# ---- predicates and comparisons ------------------------------------------------------------------
+
+
+class IsNaN(UnaryUfunc):
+    op_type, since_version, ufunc = "IsNaN", 9, "isnan"
+
+
+class IsInf(Kernel):
+    op_type = "IsInf"
+    since_version = 10
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.negative = bool(self.attr("detect_negative", 1))
+        self.positive = bool(self.attr("detect_positive", 1))
+
+    def run(self, x):
+        xp = self.xp
+        if self.negative and self.positive:
+            return (xp.asarray(xp.isinf(x)),)
+        if self.positive:
+            return (xp.asarray(x == np.inf),)
+        if self.negative:
+            return (xp.asarray(x == -np.inf),)
+        return (xp.zeros(x.shape, dtype=bool),)
+
+
+class Equal(BinaryUfunc):
+    op_type, since_version, ufunc = "Equal", 7, "equal"
+
+
+class Less(BinaryUfunc):
+    op_type, since_version, ufunc = "Less", 7, "less"
+
+
+class Greater(BinaryUfunc):
+    op_type, since_version, ufunc = "Greater", 7, "greater"
+
+
+class LessOrEqual(BinaryUfunc):
+    op_type, since_version, ufunc = "LessOrEqual", 12, "less_equal"
+
+
+class GreaterOrEqual(BinaryUfunc):
+    op_type, since_version, ufunc = "GreaterOrEqual", 12, "greater_equal"
+
+
+# ---- logic and bits ---------------------------------------------------------------------------
+
+
+class And(BinaryUfunc):
+    op_type, since_version, ufunc = "And", 7, "logical_and"
+
+
+class Or(BinaryUfunc):
+    op_type, since_version, ufunc = "Or", 7, "logical_or"
+
+
+class Xor(BinaryUfunc):
+    op_type, since_version, ufunc = "Xor", 7, "logical_xor"
+
+
+class Not(UnaryUfunc):
+    op_type, since_version, ufunc = "Not", 1, "logical_not"
+
+
+class BitwiseAnd(BinaryUfunc):
+    op_type, since_version, ufunc = "BitwiseAnd", 18, "bitwise_and"
+
+
+class BitwiseOr(BinaryUfunc):
+    op_type, since_version, ufunc = "BitwiseOr", 18, "bitwise_or"
+
+
+class BitwiseXor(BinaryUfunc):
+    op_type, since_version, ufunc = "BitwiseXor", 18, "bitwise_xor"
+
+
+class BitwiseNot(UnaryUfunc):
+    op_type, since_version, ufunc = "BitwiseNot", 18, "invert"
+
+
+class BitShift(BinaryUfunc):
+    """numpy's shifts already give ONNX's answers for shifts past the width (0, or -1 for a
+    negative value shifted right), so the direction is the whole kernel."""
+
+    op_type = "BitShift"
+    since_version = 11
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        direction = node.attributes.get("direction")
+        value = None if direction is None else direction.value
+        if value not in ("LEFT", "RIGHT"):
+            raise ValueError(
+                f"BitShift node '{node.name}': attribute 'direction' must be 'LEFT' or 'RIGHT', got {value!r}"
+            )
+        self.ufunc = "left_shift" if value == "LEFT" else "right_shift"
+        super().__init__(node, opset, backend)
+
+
+# ---- selection and range ------------------------------------------------------------------------
+
+
+class Where(Kernel):
+    op_type = "Where"
+    since_version = 9
+
+    def run(self, condition, x, y):
+        return (self.xp.asarray(self.xp.where(condition, x, y)),)
+
+
+class Clip_1(Kernel):
+    """Before opset 11 the bounds are float attributes."""
+
+    op_type = "Clip"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.low = float(self.attr("min", -np.inf))
+        self.high = float(self.attr("max", np.inf))
+
+    def run(self, x):
+        return (self.xp.asarray(self.xp.clip(x, self.low, self.high)),)
+
+
+class Clip_11(Kernel):
+    """From opset 11 the bounds are optional 0-d inputs of x's type. When min > max every
+    value becomes max, which maximum-then-minimum gives."""
+
+    op_type = "Clip"
+    since_version = 11
+
+    def run(self, x, low=None, high=None):
+        xp = self.xp
+        if low is not None:
+            x = xp.maximum(x, low)
+        if high is not None:
+            x = xp.minimum(x, high)
+        return (xp.asarray(x),)
+
+
+# ---- casts --------------------------------------------------------------------------------------
+
+_SATURATING_FLOAT8 = {
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.float8_e4m3fnuz),
+    np.dtype(ml_dtypes.float8_e5m2),
+    np.dtype(ml_dtypes.float8_e5m2fnuz),
+}
+_FLOAT8_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+_STRING = np.dtype(object)
+
+
+def _to_float8_e8m0(xp, x, saturate: bool, round_mode: str):
+    """E8M0 is a bare float32 exponent: the result's bits are x's exponent field, rounded
+    by the mantissa per `round_mode`; NaN and infinities map to the NaN encoding 0xFF."""
+    bits = x.astype(np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    mantissa = bits & 0x7FFFFF
+    special = exponent == 0xFF
+    if round_mode == "up":
+        bump = mantissa > 0
+    elif round_mode == "nearest":
+        # Round half to even on the exponent's lowest bit (guard bit 22, sticky below it).
+        guard = (mantissa & 0x400000) > 0
+        sticky = (mantissa & 0x3FFFFF) > 0
+        bump = guard & (sticky | (exponent > 0))
+    else:  # "down"
+        bump = xp.zeros(exponent.shape, dtype=bool)
+    if saturate:
+        bump &= exponent != 0xFE
+    exponent = exponent + bump.astype(np.uint16)
+    result = xp.where(special, np.uint16(0xFF), exponent).astype(np.uint8)
+    return result.view(ml_dtypes.float8_e8m0fnu)
+
+
+def cast_array(xp, x, dtype: np.dtype, saturate: bool = True, round_mode: str = "up"):
+    """x converted to dtype with ONNX Cast semantics: floats truncate toward zero into
+    integers, float8 targets clip to their finite range when `saturate`, E8M0 rounds its
+    exponent per `round_mode`, numbers become their shortest decimal strings."""
+    if dtype in _SATURATING_FLOAT8 and saturate and x.dtype not in _SATURATING_FLOAT8:
+        info = ml_dtypes.finfo(dtype)
+        return xp.clip(x.astype(np.float32), float(info.min), float(info.max)).astype(dtype)
+    if dtype == _FLOAT8_E8M0:
+        return _to_float8_e8m0(xp, x, saturate, round_mode)
+    if dtype == _STRING:
+        return xp.asarray(x.astype(np.str_), dtype=object)
+    if x.dtype == _STRING:
+        return x.astype(np.str_).astype(dtype)
+    return x.astype(dtype)
+
+
+def _onnx_dtype(to: Any, node: ir.Node) -> np.dtype:
+    try:
+        data_type = ir.DataType[to] if isinstance(to, str) else ir.DataType(to)
+        return np.dtype(data_type.numpy())
+    except (KeyError, ValueError, TypeError) as error:
+        raise UnsupportedOp(
+            f"Cast node '{node.name}': attribute 'to'={to!r} is not a type numpy can hold ({error})"
+        ) from error
+
+
+class Cast(Kernel):
+    """Cast-1 names the target type as a string ("FLOAT"); later versions as an enum."""
+
+    op_type = "Cast"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        to = self.attr("to")
+        if to is None:
+            raise ValueError(f"Cast node '{node.name}' has no 'to' attribute")
+        self.dtype = _onnx_dtype(to, node)
+        self.saturate = bool(self.attr("saturate", 1))
+        self.round_mode = self.attr("round_mode", "up")
+        if self.round_mode not in ("up", "down", "nearest"):
+            raise ValueError(
+                f"Cast node '{node.name}': attribute 'round_mode' must be up, down or nearest, "
+                f"got {self.round_mode!r}"
+            )
+
+    def run(self, x):
+        return (self.xp.asarray(cast_array(self.xp, x, self.dtype, self.saturate, self.round_mode)),)
+
+
+class CastLike(Cast):
+    """Cast to the type of a second input; the target is only known when it runs."""
+
+    op_type = "CastLike"
+    since_version = 15
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        Kernel.__init__(self, node, opset, backend)
+        self.saturate = bool(self.attr("saturate", 1))
+        self.round_mode = self.attr("round_mode", "up")
+
+    def run(self, x, like):
+        return (self.xp.asarray(cast_array(self.xp, x, like.dtype, self.saturate, self.round_mode)),)
+
+
+KERNELS = [
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Mod,
+    Max,
+    Min,
+    Sum,
+    Mean,
+    Neg,
+    Abs,
+    Reciprocal,
+    Sqrt,
+    Exp,
+    Log,
+    Ceil,
+    Floor,
+    Round,
+    Sign,
+    Erf,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    IsNaN,
+    IsInf,
+    Equal,
+    Less,
+    Greater,
+    LessOrEqual,
+    GreaterOrEqual,
+    And,
+    Or,
+    Xor,
+    Not,
+    BitwiseAnd,
+    BitwiseOr,
+    BitwiseXor,
+    BitwiseNot,
+    BitShift,
+    Where,
+    Clip_1,
+    Clip_11,
+    Cast,
+    CastLike,
+]

@@ -1,0 +1,292 @@
+"""Reduction kernels: the Reduce* ops, ArgMax/ArgMin and CumSum.
+
+The Reduce* ops took `axes` as an attribute until opset 18 (ReduceSum until 13) and as an
+optional input after, which added `noop_with_empty_axes` (empty axes: return the input
+instead of reducing everything). Each op is therefore two classes that share its math, a
+module-level function `(xp, x, axis, keepdims) -> array`.
+
+Integer sums and products keep the input's type (numpy widens them to int64 by default).
+Reducing an empty set gives the op's identity (0 for sums, 1 for products, -inf for
+maxima and log-sums, +inf for minima), which numpy's max/min would refuse to compute.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from runtime.backends import numpy_backend
+from runtime.kernels.base import Kernel
+
+# ---- the math of each op ----------------------------------------------------------------------
+
+
+def _sum(xp, x, axis, keepdims):
+    return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _mean(xp, x, axis, keepdims):
+    return xp.mean(x, axis=axis, keepdims=keepdims).astype(x.dtype, copy=False)
+
+
+def _max(xp, x, axis, keepdims):
+    return xp.max(x, axis=axis, keepdims=keepdims)
+
+
+def _min(xp, x, axis, keepdims):
+    return xp.min(x, axis=axis, keepdims=keepdims)
+
+
+def _prod(xp, x, axis, keepdims):
+    return xp.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _l1(xp, x, axis, keepdims):
+    return xp.sum(xp.abs(x), axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _l2(xp, x, axis, keepdims):
+    squares = xp.sum(x * x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+    return xp.sqrt(squares).astype(x.dtype, copy=False)
+
+
+def _sum_square(xp, x, axis, keepdims):
+    return xp.sum(x * x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _log_sum(xp, x, axis, keepdims):
+    return xp.log(xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype))
+
+
+def _log_sum_exp(xp, x, axis, keepdims):
+    """log(sum(exp(x - m))) + m with m the maximum, so exp can't overflow; an infinite
+    maximum shifts by 0 instead (inf - inf would be NaN)."""
+    shift = xp.max(x, axis=axis, keepdims=True)
+    shift = xp.where(xp.isfinite(shift), shift, 0).astype(x.dtype, copy=False)
+    total = xp.sum(xp.exp(x - shift), axis=axis, keepdims=True)
+    result = xp.log(total)
+    result += shift
+    if not keepdims:
+        result = result.reshape(_reduced_shape(x.shape, axis))
+    return result
+
+
+def _reduced_shape(shape, axis):
+    if axis is None:
+        return ()
+    dropped = {a % len(shape) for a in axis}
+    return tuple(size for i, size in enumerate(shape) if i not in dropped)
+
+
+# ---- the two ways of getting axes -------------------------------------------------------------
+
+
+class Reduce(Kernel):
+    """Shared run: empty inputs produce the identity, everything else goes to `reduce`."""
+
+    reduce: ClassVar[staticmethod]
+    empty_value: ClassVar[float]
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.keepdims = bool(self.attr("keepdims", 1))
+
+    def _reduce(self, x, axis):
+        if x.size == 0:
+            shape = np.sum(np.empty(x.shape, dtype=np.int8), axis=axis, keepdims=self.keepdims).shape
+            value = self.empty_value
+            if x.dtype.kind in "iu" and not np.isfinite(value):  # integers have no infinities
+                info = np.iinfo(x.dtype)
+                value = info.min if value < 0 else info.max
+            elif x.dtype.kind == "b":  # max of nothing is False, min of nothing is True
+                value = value > 0
+            return self.xp.full(shape, value, dtype=x.dtype)
+        return self.xp.asarray(self.reduce(self.xp, x, axis, self.keepdims))
+
+
+class ReduceAxesAttribute(Reduce):
+    """Axes from the `axes` attribute; none means all."""
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        axes = self.attr("axes")
+        self.axis = tuple(int(a) for a in axes) if axes else None
+
+    def run(self, x):
+        return (self._reduce(x, self.axis),)
+
+
+class ReduceAxesInput(Reduce):
+    """Axes from the optional second input; none or empty means all, unless
+    noop_with_empty_axes, when the input passes through unchanged."""
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.noop_with_empty_axes = bool(self.attr("noop_with_empty_axes", 0))
+
+    def run(self, x, axes=None):
+        if axes is None or axes.size == 0:
+            if self.noop_with_empty_axes:
+                return (x,)
+            return (self._reduce(x, None),)
+        return (self._reduce(x, tuple(int(a) for a in axes.tolist())),)
+
+
+# ---- the ops ---------------------------------------------------------------------------------
+
+
+class ReduceSum_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceSum", 1, staticmethod(_sum), 0
+
+
+class ReduceSum_13(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceSum", 13, staticmethod(_sum), 0
+
+
+class ReduceMean_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceMean", 1, staticmethod(_mean), np.nan
+
+
+class ReduceMean_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceMean", 18, staticmethod(_mean), np.nan
+
+
+class ReduceMax_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceMax", 1, staticmethod(_max), -np.inf
+
+
+class ReduceMax_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceMax", 18, staticmethod(_max), -np.inf
+
+
+class ReduceMin_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceMin", 1, staticmethod(_min), np.inf
+
+
+class ReduceMin_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceMin", 18, staticmethod(_min), np.inf
+
+
+class ReduceProd_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceProd", 1, staticmethod(_prod), 1
+
+
+class ReduceProd_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceProd", 18, staticmethod(_prod), 1
+
+
+class ReduceL1_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceL1", 1, staticmethod(_l1), 0
+
+
+class ReduceL1_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceL1", 18, staticmethod(_l1), 0
+
+
+class ReduceL2_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceL2", 1, staticmethod(_l2), 0
+
+
+class ReduceL2_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceL2", 18, staticmethod(_l2), 0
+
+
+class ReduceSumSquare_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceSumSquare", 1, staticmethod(_sum_square), 0
+
+
+class ReduceSumSquare_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceSumSquare", 18, staticmethod(_sum_square), 0
+
+
+class ReduceLogSum_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceLogSum", 1, staticmethod(_log_sum), -np.inf
+
+
+class ReduceLogSum_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceLogSum", 18, staticmethod(_log_sum), -np.inf
+
+
+class ReduceLogSumExp_1(ReduceAxesAttribute):
+    op_type, since_version, reduce, empty_value = "ReduceLogSumExp", 1, staticmethod(_log_sum_exp), -np.inf
+
+
+class ReduceLogSumExp_18(ReduceAxesInput):
+    op_type, since_version, reduce, empty_value = "ReduceLogSumExp", 18, staticmethod(_log_sum_exp), -np.inf
+
+
+# ---- index of the extreme ---------------------------------------------------------------------
+
+
+class _ArgExtreme(Kernel):
+    """Index (int64) of the first extreme along `axis`, or the last with select_last_index,
+    found by searching the reversed axis."""
+
+    find: ClassVar[str]
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = int(self.attr("axis", 0))
+        self.keepdims = bool(self.attr("keepdims", 1))
+        self.last = bool(self.attr("select_last_index", 0))
+        self._find = getattr(self.xp, self.find)
+
+    def run(self, x):
+        xp = self.xp
+        if not self.last:
+            index = self._find(x, axis=self.axis, keepdims=self.keepdims)
+            return (xp.asarray(index, dtype=np.int64),)
+        flipped = self._find(xp.flip(x, axis=self.axis), axis=self.axis, keepdims=self.keepdims)
+        return (xp.asarray(x.shape[self.axis] - 1 - flipped, dtype=np.int64),)
+
+
+class ArgMax(_ArgExtreme):
+    op_type, since_version, find = "ArgMax", 1, "argmax"
+
+
+class ArgMin(_ArgExtreme):
+    op_type, since_version, find = "ArgMin", 1, "argmin"
+
+
+# ---- running sums -----------------------------------------------------------------------------
+
+
+class CumSum(Kernel):
+    """Running sum along the axis given as a 0-d input. `exclusive` shifts the sums by one
+    (the first is 0) by summing all but the last element into a zeroed output, which stays
+    exact where subtracting x back out would not; `reverse` sums from the end."""
+
+    op_type, since_version = "CumSum", 11
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.exclusive = bool(self.attr("exclusive", 0))
+        self.reverse = bool(self.attr("reverse", 0))
+
+    def run(self, x, axis):
+        xp = self.xp
+        axis = int(axis) % x.ndim
+        if self.reverse:
+            x = xp.flip(x, axis=axis)
+        if self.exclusive:
+            head = [slice(None)] * x.ndim
+            tail = [slice(None)] * x.ndim
+            head[axis] = slice(None, -1)
+            tail[axis] = slice(1, None)
+            y = xp.zeros_like(x)
+            xp.cumsum(x[tuple(head)], axis=axis, dtype=x.dtype, out=y[tuple(tail)])
+        else:
+            y = xp.cumsum(x, axis=axis, dtype=x.dtype)
+        if self.reverse:
+            y = xp.flip(y, axis=axis)
+        return (xp.asarray(y),)
+
+
+KERNELS = [
+    ReduceSum_1, ReduceSum_13, ReduceMean_1, ReduceMean_18, ReduceMax_1, ReduceMax_18,
+    ReduceMin_1, ReduceMin_18, ReduceProd_1, ReduceProd_18, ReduceL1_1, ReduceL1_18,
+    ReduceL2_1, ReduceL2_18, ReduceSumSquare_1, ReduceSumSquare_18, ReduceLogSum_1, ReduceLogSum_18,
+    ReduceLogSumExp_1, ReduceLogSumExp_18,
+    ArgMax, ArgMin, CumSum,
+]  # fmt: skip

@@ -1,0 +1,136 @@
+"""The elementwise family against ONNX's backend node test cases."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+from runtime.kernels import elementwise
+from runtime.kernels.base import UnsupportedOp
+from tests.runtime.node_cases import (
+    assert_matches,
+    assert_same_as_onnxruntime,
+    node_cases,
+    one_node_model,
+    run_case,
+    run_kernel,
+)
+
+CASES = list(node_cases(elementwise.KERNELS))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_node_case(case):
+    try:
+        results = run_case(case)
+    except UnsupportedOp as declined:
+        pytest.skip(f"declined: {declined}")
+    assert len(results) == len(case.outputs)
+    for actual, expected in zip(results, case.outputs, strict=True):
+        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+
+
+# ---- what the conformance suite doesn't reach, against onnxruntime ------------------------------
+
+RNG = np.random.default_rng(0)
+FLOATS = RNG.standard_normal((3, 4, 5)).astype(np.float32) * 3
+
+
+@pytest.mark.parametrize("attributes", [{"min": -1.0, "max": 2.0}, {"max": 0.5}, {}])
+def test_clip_bounds_as_attributes_before_opset_11(attributes):
+    assert_same_as_onnxruntime("Clip", [FLOATS], 6, **attributes)
+
+
+def test_clip_integer_with_only_upper_bound_input():
+    x = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
+    assert_same_as_onnxruntime("Clip", [x, None, np.array(2, np.int32)], 13)
+
+
+def test_integer_division_truncates_toward_zero():
+    a = np.array([7, -7, 7, -7, 0, -1], dtype=np.int32)
+    b = np.array([2, 2, -2, -2, 3, 4], dtype=np.int32)
+    model = one_node_model("Div", [a, b], 14)
+    np.testing.assert_array_equal(run_kernel(model, [a, b])[0], [3, -3, -3, 3, 0, 0])
+    assert_same_as_onnxruntime("Div", [a, b], 14)
+
+
+def test_pow_keeps_float_base_type_with_integer_exponent():
+    assert_same_as_onnxruntime("Pow", [FLOATS, np.array([2], dtype=np.int64)], 15)
+
+
+@pytest.mark.parametrize("to", [onnx.TensorProto.INT32, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL])
+def test_cast_float_to_integer_truncates(to):
+    x = np.array([-2.9, -0.5, 0.0, 0.7, 3.99, 250.5], dtype=np.float32)
+    if to == onnx.TensorProto.UINT8:
+        x = np.abs(x)  # negative floats to unsigned are undefined
+    assert_same_as_onnxruntime("Cast", [x], 13, to=to)
+
+
+def test_cast_strings_both_ways():
+    numbers = np.array([1.5, -2.0, 1e-5, 1e8], dtype=np.float32)
+    strings = run_kernel(one_node_model("Cast", [numbers], 13, to=onnx.TensorProto.STRING), [numbers])[0]
+    assert strings.dtype == object
+    texts = np.array(["3.14", "-1e-5", "+INF", "-inf", "NaN"], dtype=object)
+    assert_same_as_onnxruntime("Cast", [texts], 13, to=onnx.TensorProto.FLOAT)
+    back = run_kernel(one_node_model("Cast", [strings], 13, to=onnx.TensorProto.FLOAT), [strings])[0]
+    np.testing.assert_array_equal(back, numbers)
+
+
+def test_cast_opset_1_names_the_type_as_a_string():
+    x = np.array([1.7, -1.7], dtype=np.float32)
+    model = one_node_model("Cast", [x], 1, to="INT64")
+    (y,) = run_kernel(model, [x])
+    assert y.dtype == np.int64 and y.tolist() == [1, -1]
+
+
+def test_cast_to_an_undefined_type_is_declined():
+    x = np.zeros(2, np.float32)
+    with pytest.raises(UnsupportedOp, match="Cast node .* attribute 'to'=0"):
+        run_kernel(one_node_model("Cast", [x], 13, to=0), [x])
+
+
+@pytest.mark.parametrize("op_type", ["Sum", "Mean", "Max", "Min"])
+def test_variadic_ops_with_one_and_three_inputs(op_type):
+    assert_same_as_onnxruntime(op_type, [FLOATS], 13)
+    assert_same_as_onnxruntime(op_type, [FLOATS, FLOATS[:, :1, :], FLOATS[0, 0]], 13)
+
+
+def test_erf_matches_math_erf_to_double_precision():
+    x = np.concatenate([np.linspace(-10, 10, 4001), [0.0, -0.0, 1e-300, -1e-12, np.inf, -np.inf, np.nan]])
+    model = one_node_model("Erf", [x], 13)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow or invalid-value noise at any x
+        (y,) = run_kernel(model, [x])
+    expected = np.array([math.erf(v) for v in x])
+    np.testing.assert_allclose(y, expected, rtol=1e-14, atol=1e-300, equal_nan=True)
+    assert np.signbit(y[x == 0]).tolist() == np.signbit(x[x == 0]).tolist()
+
+
+def test_erf_float32_is_within_a_few_ulp_and_never_past_one():
+    x = np.linspace(-6, 6, 200001, dtype=np.float32)
+    (y,) = run_kernel(one_node_model("Erf", [x], 13), [x])
+    expected = np.array([math.erf(v) for v in x.tolist()])
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, expected, rtol=0, atol=5e-7)
+    assert np.abs(y).max() <= 1.0
+
+
+def test_erf_float32_against_onnxruntime():
+    assert_same_as_onnxruntime("Erf", [FLOATS], 13)
+
+
+def test_kernels_never_write_into_their_inputs():
+    a, b = FLOATS.copy(), FLOATS[0].copy()
+    for op_type, inputs, opset in [
+        ("Mean", [a, b, a], 13),
+        ("Clip", [a, np.array(-1, np.float32), np.array(1, np.float32)], 13),
+        ("Cast", [a], 13),
+    ]:
+        extra = {"to": onnx.TensorProto.FLOAT16} if op_type == "Cast" else {}
+        run_kernel(one_node_model(op_type, inputs, opset, **extra), inputs)
+    np.testing.assert_array_equal(a, FLOATS)
+    np.testing.assert_array_equal(b, FLOATS[0])
