@@ -1,0 +1,109 @@
+"""Linear-algebra kernels: MatMul, Gemm, Einsum, MatMulInteger, all handed to BLAS via matmul.
+
+ONNX MatMul's broadcasting and 1-D promotion rules are numpy's, so MatMul is one call. Gemm
+scales and adds in place on its own fresh product rather than allocating temporaries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime.backends import numpy_backend
+from runtime.kernels.base import Kernel
+
+
+class MatMul(Kernel):
+    op_type = "MatMul"
+    since_version = 1
+
+    def run(self, a, b):
+        return (self.xp.asarray(self.xp.matmul(a, b)),)  # 1-D @ 1-D gives a scalar
+
+
+class Gemm(Kernel):
+    """Y = alpha * A' B' + beta * C. The `broadcast` attribute of opsets < 7 is ignored: C
+    broadcasting to Y is always allowed, which is what every later opset says."""
+
+    op_type = "Gemm"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.alpha = self.attr("alpha", 1.0)
+        self.beta = self.attr("beta", 1.0)
+        self.trans_a = bool(self.attr("transA", 0))
+        self.trans_b = bool(self.attr("transB", 0))
+
+    def run(self, a, b, c=None):
+        y = self.xp.matmul(a.T if self.trans_a else a, b.T if self.trans_b else b)
+        if self.alpha != 1.0:
+            y *= y.dtype.type(self.alpha)
+        if c is not None and self.beta != 0.0:
+            if self.beta == 1.0:
+                y += c
+            else:
+                y += c * c.dtype.type(self.beta)
+        return (y,)
+
+
+class Einsum(Kernel):
+    op_type = "Einsum"
+    since_version = 12
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.equation = self.attr("equation").replace(" ", "")
+        # Contraction-order search pays off only with three or more operands.
+        self.optimize = len(node.inputs) > 2
+
+    def run(self, *inputs):
+        dtype = inputs[0].dtype
+        if dtype.type not in _EINSUM_NATIVE:
+            # numpy's einsum has no loops for bfloat16/float8 (ml_dtypes): accumulate in float32.
+            inputs = [x.astype(np.float32) for x in inputs]
+        out = self.xp.einsum(self.equation, *inputs, optimize=self.optimize)
+        return (self.xp.asarray(out).astype(dtype, copy=False),)
+
+
+_EINSUM_NATIVE = {
+    np.float16,
+    np.float32,
+    np.float64,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.complex64,
+    np.complex128,
+    np.bool_,
+}
+
+
+class MatMulInteger(Kernel):
+    """int8/uint8 matmul accumulated in int32; zero points are scalars, per-row for A
+    (shape [M]) or per-column for B (shape [N])."""
+
+    op_type = "MatMulInteger"
+    since_version = 10
+
+    def run(self, a, b, a_zero_point=None, b_zero_point=None):
+        a32 = a.astype(np.int32)
+        b32 = b.astype(np.int32)
+        if a_zero_point is not None:
+            zero = a_zero_point.astype(np.int32)
+            a32 -= zero.reshape(-1, 1) if zero.ndim == 1 and a.ndim >= 2 else zero
+        if b_zero_point is not None:
+            b32 -= b_zero_point.astype(np.int32)
+        return (self.xp.matmul(a32, b32),)
+
+
+KERNELS = [
+    MatMul,
+    Gemm,
+    Einsum,
+    MatMulInteger,
+]

@@ -1,0 +1,551 @@
+"""Tensor-shaping kernels: ops that move, copy or make data without arithmetic on it.
+
+Most of these return views of their input (Reshape, Transpose, Squeeze, Expand, Slice, Split,
+Identity). That is safe because no kernel ever writes into an input array, and it is what
+keeps a transformer's many Reshape/Transpose nodes almost free.
+
+Where ONNX moved an attribute to an input (Squeeze/Unsqueeze axes at 13, Slice at 10, Pad at 11,
+Split at 13), the older form is its own class with an `_<version>` suffix, so the class that
+runs is exactly the schema the model was written against.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from runtime.backends import numpy_backend
+from runtime.kernels.base import Kernel, UnsupportedOp
+
+
+def _ints(array) -> list[int]:
+    """A shape/axes/indices input (1-D int64 array, possibly on the device) as Python ints."""
+    return [int(v) for v in array.tolist()]
+
+
+def _output_wanted(node: ir.Node, index: int) -> bool:
+    """Whether an optional output is present: ONNX omits one by giving it an empty name."""
+    return index < len(node.outputs) and bool(node.outputs[index].name)
+
+
+# ---------------------------------------------------------------- reshaping
+
+
+class Reshape_1(Kernel):
+    op_type = "Reshape"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.shape = self.attr("shape", [])
+
+    def run(self, data):
+        shape = [data.shape[i] if s == 0 else s for i, s in enumerate(self.shape)]
+        return (data.reshape(shape),)
+
+
+class Reshape(Kernel):
+    op_type = "Reshape"
+    since_version = 5
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        # allowzero (opset 14): a 0 in `shape` means a zero-sized dimension, not "copy this one".
+        self.allowzero = bool(self.attr("allowzero", 0))
+
+    def run(self, data, shape):
+        dims = _ints(shape)
+        if not self.allowzero:
+            dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+        return (data.reshape(dims),)
+
+
+class Flatten(Kernel):
+    op_type = "Flatten"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = self.attr("axis", 1)
+
+    def run(self, data):
+        axis = self.axis + data.ndim if self.axis < 0 else self.axis
+        # Both sizes spelled out: reshape(-1) is ambiguous when the tensor is empty.
+        return (data.reshape(math.prod(data.shape[:axis]), math.prod(data.shape[axis:])),)
+
+
+class Squeeze_1(Kernel):
+    op_type = "Squeeze"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        axes = self.attr("axes")
+        self.axes = None if axes is None else tuple(axes)
+
+    def run(self, data):
+        return (_squeeze(self.xp, data, self.axes),)
+
+
+class Squeeze(Kernel):
+    op_type = "Squeeze"
+    since_version = 13
+
+    def run(self, data, axes=None):
+        return (_squeeze(self.xp, data, None if axes is None else tuple(_ints(axes))),)
+
+
+def _squeeze(xp, data, axes):
+    if axes is None:
+        axes = tuple(i for i, d in enumerate(data.shape) if d == 1)
+    return xp.squeeze(data, axis=axes)
+
+
+class Unsqueeze_1(Kernel):
+    op_type = "Unsqueeze"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axes = list(self.attr("axes"))
+
+    def run(self, data):
+        return (_unsqueeze(data, self.axes),)
+
+
+class Unsqueeze(Kernel):
+    op_type = "Unsqueeze"
+    since_version = 13
+
+    def run(self, data, axes):
+        return (_unsqueeze(data, _ints(axes)),)
+
+
+def _unsqueeze(data, axes):
+    # Axes count in the output's rank, so new dimensions are placed in ascending order.
+    rank = data.ndim + len(axes)
+    shape = list(data.shape)
+    for axis in sorted(a + rank if a < 0 else a for a in axes):
+        shape.insert(axis, 1)
+    return data.reshape(shape)
+
+
+class Transpose(Kernel):
+    op_type = "Transpose"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        perm = self.attr("perm")
+        self.perm = None if perm is None else tuple(perm)
+
+    def run(self, data):
+        return (self.xp.transpose(data, self.perm),)
+
+
+class DepthToSpace(Kernel):
+    op_type = "DepthToSpace"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.block = self.attr("blocksize")
+        self.mode = self.attr("mode", "DCR")
+        if self.mode not in ("DCR", "CRD"):
+            raise UnsupportedOp(f"DepthToSpace '{node.name}': unknown mode {self.mode!r}")
+
+    def run(self, x):
+        n, c, h, w = x.shape
+        b = self.block
+        if self.mode == "DCR":
+            t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return (t.reshape(n, c // (b * b), h * b, w * b),)
+
+
+class SpaceToDepth(Kernel):
+    op_type = "SpaceToDepth"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.block = self.attr("blocksize")
+        # mode (opset 24 era): DCR puts the block offset outermost in the channel, CRD innermost.
+        self.mode = self.attr("mode", "DCR")
+        if self.mode not in ("DCR", "CRD"):
+            raise UnsupportedOp(f"SpaceToDepth '{node.name}': unknown mode {self.mode!r}")
+
+    def run(self, x):
+        n, c, h, w = x.shape
+        b = self.block
+        t = x.reshape(n, c, h // b, b, w // b, b)
+        t = t.transpose(0, 3, 5, 1, 2, 4) if self.mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
+        return (t.reshape(n, c * b * b, h // b, w // b),)
+
+
+# ---------------------------------------------------------------- joining and splitting
+
+
+class Concat(Kernel):
+    op_type = "Concat"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = self.attr("axis", 1)  # opset 1 defaulted to 1; later opsets require it
+
+    def run(self, *inputs):
+        return (self.xp.concatenate(inputs, axis=self.axis),)
+
+
+class Split(Kernel):
+    """Split, every opset: `split` sizes from the attribute (<13) or the second input (>=13);
+    otherwise equal parts, one per output, or `num_outputs` (18) parts with a short last one."""
+
+    op_type = "Split"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = self.attr("axis", 0)
+        self.split = self.attr("split")
+        self.parts = self.attr("num_outputs", len(node.outputs))
+
+    def run(self, data, split=None):
+        axis = self.axis + data.ndim if self.axis < 0 else self.axis
+        sizes = _ints(split) if split is not None else self.split
+        dim = data.shape[axis]
+        if sizes is None:
+            chunk = -(-dim // self.parts)
+            sizes = [min(chunk, dim - i * chunk) for i in range(self.parts)]
+        if sum(sizes) != dim:
+            raise ValueError(
+                f"Split '{self.node.name}': split sizes {sizes} do not add up to dimension {dim} of axis {axis}"
+            )
+        bounds = np.cumsum(sizes)[:-1].tolist()
+        return tuple(self.xp.split(data, bounds, axis=axis))
+
+
+# ---------------------------------------------------------------- slicing
+
+
+def _slice_tuple(shape, starts, ends, axes, steps):
+    """Python slices for ONNX Slice: clamp per ONNX, and turn "before index 0" into None."""
+    index = [slice(None)] * len(shape)
+    if axes is None:
+        axes = range(len(starts))
+    if steps is None:
+        steps = [1] * len(starts)
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        if axis < 0:
+            axis += len(shape)
+        dim = shape[axis]
+        if start < 0:
+            start += dim
+        if end < 0:
+            end += dim
+        if step > 0:
+            start = min(max(start, 0), dim)
+            end = min(max(end, 0), dim)
+            index[axis] = slice(start, end, step)
+        else:
+            start = min(max(start, 0), dim - 1)
+            end = min(max(end, -1), dim - 1)
+            index[axis] = slice(start, None if end < 0 else end, step)
+    return tuple(index)
+
+
+class Slice_1(Kernel):
+    op_type = "Slice"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.starts = self.attr("starts")
+        self.ends = self.attr("ends")
+        self.axes = self.attr("axes")
+
+    def run(self, data):
+        return (data[_slice_tuple(data.shape, self.starts, self.ends, self.axes, None)],)
+
+
+class Slice(Kernel):
+    op_type = "Slice"
+    since_version = 10
+
+    def run(self, data, starts, ends, axes=None, steps=None):
+        index = _slice_tuple(
+            data.shape,
+            _ints(starts),
+            _ints(ends),
+            None if axes is None else _ints(axes),
+            None if steps is None else _ints(steps),
+        )
+        return (data[index],)
+
+
+# ---------------------------------------------------------------- broadcasting and padding
+
+
+class Expand(Kernel):
+    op_type = "Expand"
+    since_version = 8
+
+    def run(self, data, shape):
+        # A read-only broadcast view: consumers never write into inputs, so no copy is needed.
+        target = np.broadcast_shapes(data.shape, tuple(_ints(shape)))
+        return (self.xp.broadcast_to(data, target),)
+
+
+class Tile(Kernel):
+    op_type = "Tile"
+    since_version = 6
+
+    def run(self, data, repeats):
+        return (self.xp.tile(data, _ints(repeats)),)
+
+
+_NUMPY_PAD_MODE = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _pad(xp, data, pads, mode, value, axes=None):
+    rank = data.ndim
+    if axes is None:
+        axes = range(rank)
+    n = len(pads) // 2
+    begin = [0] * rank
+    end = [0] * rank
+    for i, axis in enumerate(axes):
+        axis = axis + rank if axis < 0 else axis
+        begin[axis], end[axis] = pads[i], pads[i + n]
+    # Negative pads crop; do that first so numpy only ever sees non-negative widths.
+    if any(p < 0 for p in begin + end):
+        crop = tuple(
+            slice(max(-b, 0), dim - max(-e, 0)) for b, e, dim in zip(begin, end, data.shape, strict=True)
+        )
+        data = data[crop]
+        begin = [max(b, 0) for b in begin]
+        end = [max(e, 0) for e in end]
+    widths = list(zip(begin, end, strict=True))
+    if mode == "constant":
+        out = xp.full(
+            tuple(d + b + e for d, b, e in zip(data.shape, begin, end, strict=True)), value, dtype=data.dtype
+        )
+        out[tuple(slice(b, b + d) for b, d in zip(begin, data.shape, strict=True))] = data
+        return out
+    return xp.pad(data, widths, mode=_NUMPY_PAD_MODE[mode])
+
+
+class Pad_1(Kernel):
+    """Pad before opset 11: `pads` (called `paddings` at opset 1) and `value` are attributes."""
+
+    op_type = "Pad"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.pads = self.attr("pads", self.attr("paddings"))
+        self.mode = _pad_mode(node, self.attr("mode", "constant"))
+        self.value = self.attr("value", 0.0)
+
+    def run(self, data):
+        return (_pad(self.xp, data, self.pads, self.mode, self.value),)
+
+
+class Pad(Kernel):
+    op_type = "Pad"
+    since_version = 11
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.mode = _pad_mode(node, self.attr("mode", "constant"))
+
+    def run(self, data, pads, constant_value=None, axes=None):
+        value = 0 if constant_value is None or constant_value.size == 0 else constant_value.item()
+        return (_pad(self.xp, data, _ints(pads), self.mode, value, None if axes is None else _ints(axes)),)
+
+
+def _pad_mode(node, mode):
+    if mode not in _NUMPY_PAD_MODE:
+        raise UnsupportedOp(f"Pad '{node.name}': unknown mode {mode!r}")
+    return mode
+
+
+# ---------------------------------------------------------------- shape queries and constants
+
+
+class Shape(Kernel):
+    op_type = "Shape"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        # start/end (opset 15) slice the shape with Python's own clamping rules.
+        self.start = self.attr("start", 0)
+        self.end = self.attr("end")
+
+    def run(self, data):
+        return (self.xp.asarray(data.shape[self.start : self.end], dtype=np.int64),)
+
+
+class Size(Kernel):
+    op_type = "Size"
+    since_version = 1
+
+    def run(self, data):
+        return (self.xp.asarray(data.size, dtype=np.int64),)
+
+
+class ConstantOfShape(Kernel):
+    op_type = "ConstantOfShape"
+    since_version = 9
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        value = self.attr("value")
+        self.value = np.zeros(1, dtype=np.float32) if value is None else value.reshape(-1)
+
+    def run(self, shape):
+        return (self.xp.full(_ints(shape), self.value[0], dtype=self.value.dtype),)
+
+
+class Constant(Kernel):
+    """The value is built once; every run returns the same (never mutated) array."""
+
+    op_type = "Constant"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        attributes = node.attributes
+        if "value" in attributes:
+            value = self.attr("value")
+        elif "value_float" in attributes:
+            value = np.array(self.attr("value_float"), dtype=np.float32)
+        elif "value_floats" in attributes:
+            value = np.array(self.attr("value_floats"), dtype=np.float32)
+        elif "value_int" in attributes:
+            value = np.array(self.attr("value_int"), dtype=np.int64)
+        elif "value_ints" in attributes:
+            value = np.array(self.attr("value_ints"), dtype=np.int64)
+        elif "value_string" in attributes:
+            value = np.array(self.attr("value_string"), dtype=object)
+        elif "value_strings" in attributes:
+            value = np.array(self.attr("value_strings"), dtype=object)
+        elif "sparse_value" in attributes:
+            raise UnsupportedOp(f"Constant '{node.name}': sparse_value tensors are not supported")
+        else:
+            raise UnsupportedOp(f"Constant '{node.name}': no value_* attribute")
+        self.value = value if value.dtype == object else self.backend.from_host(value)
+
+    def run(self):
+        return (self.value,)
+
+
+class Range(Kernel):
+    op_type = "Range"
+    since_version = 11
+
+    def run(self, start, limit, delta):
+        return (self.xp.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype),)
+
+
+class EyeLike(Kernel):
+    op_type = "EyeLike"
+    since_version = 9
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.k = self.attr("k", 0)
+        dtype = self.attr("dtype")
+        self.dtype = None if dtype is None else ir.DataType(dtype).numpy()
+
+    def run(self, x):
+        return (self.xp.eye(x.shape[0], x.shape[1], k=self.k, dtype=self.dtype or x.dtype),)
+
+
+class Trilu(Kernel):
+    op_type = "Trilu"
+    since_version = 14
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.upper = bool(self.attr("upper", 1))
+
+    def run(self, x, k=None):
+        diagonal = 0 if k is None else int(k.item())
+        return ((self.xp.triu if self.upper else self.xp.tril)(x, diagonal),)
+
+
+# ---------------------------------------------------------------- pass-through
+
+
+class Identity(Kernel):
+    op_type = "Identity"
+    since_version = 1
+
+    def run(self, x):
+        return (x,)
+
+
+class Dropout(Kernel):
+    """Inference Dropout: the identity, plus an all-keep mask when one is asked for.
+
+    Training mode with a non-zero ratio is random by definition; an executor that exists to be
+    compared against a reference cannot reproduce it, so it is refused when it is requested.
+    """
+
+    op_type = "Dropout"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.want_mask = _output_wanted(node, 1)
+        # Before opset 10 the mask had the data's type; from 10 it is bool.
+        self.mask_is_bool = opset >= 10
+        if opset < 7 and self.attr("is_test", 0) == 0 and self.attr("ratio", 0.5) != 0:
+            raise UnsupportedOp(f"Dropout '{node.name}': training mode (is_test=0) is random")
+
+    def run(self, data, ratio=None, training_mode=None):
+        if training_mode is not None and bool(training_mode) and (ratio is None or float(ratio) != 0.0):
+            raise UnsupportedOp(
+                f"Dropout '{self.node.name}': training_mode=True with a non-zero ratio is random"
+            )
+        if not self.want_mask:
+            return (data,)
+        mask = self.xp.ones(data.shape, dtype=bool if self.mask_is_bool else data.dtype)
+        return (data, mask)
+
+
+KERNELS = [
+    Reshape_1,
+    Reshape,
+    Flatten,
+    Squeeze_1,
+    Squeeze,
+    Unsqueeze_1,
+    Unsqueeze,
+    Transpose,
+    DepthToSpace,
+    SpaceToDepth,
+    Concat,
+    Split,
+    Slice_1,
+    Slice,
+    Expand,
+    Tile,
+    Pad_1,
+    Pad,
+    Shape,
+    Size,
+    ConstantOfShape,
+    Constant,
+    Range,
+    EyeLike,
+    Trilu,
+    Identity,
+    Dropout,
+]
