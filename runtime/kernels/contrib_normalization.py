@@ -1,0 +1,218 @@
+"""Fused normalization kernels: SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+EmbedLayerNormalization (com.microsoft) and SimplifiedLayerNormalization (which ONNX Runtime
+registers in the ONNX domain, since version 1).
+
+Each forms its sum once, into one fresh buffer, and normalizes that buffer in place; the chain it
+replaces (Add, Add, ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) allocates a
+full-size tensor at nearly every step. Row statistics are batched vector dots through matmul
+(`rows @ rows`), which reads the row once and writes one number, where `(x * x).mean(-1)` would
+write a full-size square first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from runtime.backends import numpy_backend
+from runtime.kernels.base import Kernel, UnsupportedOp
+
+MS = "com.microsoft"
+
+
+def _output_wanted(node: ir.Node, index: int) -> bool:
+    """Whether an optional output is present: ONNX omits one by giving it an empty name."""
+    return index < len(node.outputs) and bool(node.outputs[index].name)
+
+
+def _row_sum_of_squares(xp, rows):
+    """sum(rows**2, axis=-1, keepdims=True) without a full-size temporary."""
+    return xp.matmul(rows[..., None, :], rows[..., :, None])[..., 0]
+
+
+def layer_norm_in_place(xp, rows, epsilon):
+    """Normalize `rows` (..., H) in place over the last axis; returns (mean, inv_std), each (..., 1)."""
+    width = rows.shape[-1]
+    mean = rows.sum(axis=-1, keepdims=True)
+    mean /= width
+    rows -= mean
+    inv_std = _row_sum_of_squares(xp, rows)
+    inv_std /= width
+    inv_std += epsilon
+    xp.sqrt(inv_std, out=inv_std)
+    xp.reciprocal(inv_std, out=inv_std)
+    rows *= inv_std
+    return mean, inv_std
+
+
+def rms_norm_in_place(xp, rows, epsilon):
+    """Scale `rows` (..., H) in place by 1 / sqrt(mean(rows**2) + eps); returns inv_std (..., 1)."""
+    inv_std = _row_sum_of_squares(xp, rows)
+    inv_std /= rows.shape[-1]
+    inv_std += epsilon
+    xp.sqrt(inv_std, out=inv_std)
+    xp.reciprocal(inv_std, out=inv_std)
+    rows *= inv_std
+    return inv_std
+
+
+class _SkipNormalization(Kernel):
+    """input + skip (+ bias), normalized; optional outputs mean, inv_std_var, and the sum itself."""
+
+    domain = MS
+    since_version = 1
+    centered = True  # LayerNorm subtracts the mean; the simplified (RMS) variant doesn't
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.epsilon = float(self.attr("epsilon", 1e-12))
+        self.want_mean = _output_wanted(node, 1)
+        self.want_inv_std = _output_wanted(node, 2)
+        self.want_sum = _output_wanted(node, 3)
+
+    def _normalize(self, x, skip, gamma, beta, bias):
+        xp = self.xp
+        if x.ndim != 3:
+            raise ValueError(
+                f"{self.op_type} '{self.node.name}': input must be 3-D (batch, seq, hidden), "
+                f"got shape {x.shape}"
+            )
+        total = xp.add(x, skip)  # skip may be (B, S, H), (1, S, H) or (S, H): numpy broadcasting
+        if total.shape != x.shape:
+            raise ValueError(
+                f"{self.op_type} '{self.node.name}': skip {skip.shape} does not broadcast to input {x.shape}"
+            )
+        if bias is not None:
+            total += bias
+        summed = total.copy() if self.want_sum else None  # the sum is an output; normalize a copy
+        if self.centered:
+            mean, inv_std = layer_norm_in_place(xp, total, self.epsilon)
+        else:
+            inv_std = rms_norm_in_place(xp, total, self.epsilon)
+            # ORT's simplified kernel never computes a mean; it leaves the optional output zeroed.
+            mean = xp.zeros_like(inv_std)
+        total *= gamma
+        if beta is not None:
+            total += beta
+        outputs = [total]
+        if self.want_mean or self.want_inv_std or self.want_sum:
+            outputs += [mean.astype(np.float32, copy=False), inv_std.astype(np.float32, copy=False), summed]
+        return tuple(outputs)
+
+
+class SkipLayerNormalization(_SkipNormalization):
+    op_type = "SkipLayerNormalization"
+
+    def run(self, x, skip, gamma, beta=None, bias=None):
+        return self._normalize(x, skip, gamma, beta, bias)
+
+
+class SkipSimplifiedLayerNormalization(_SkipNormalization):
+    op_type = "SkipSimplifiedLayerNormalization"
+    centered = False
+
+    def run(self, x, skip, gamma, bias=None):
+        return self._normalize(x, skip, gamma, None, bias)
+
+
+class SimplifiedLayerNormalization(Kernel):
+    """RMSNorm over axes [axis, rank): Y = X / sqrt(mean(X^2) + eps) * scale (ONNX domain, ORT's)."""
+
+    op_type = "SimplifiedLayerNormalization"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = int(self.attr("axis", -1))
+        self.epsilon = float(self.attr("epsilon", 1e-5))
+        stash_type = int(self.attr("stash_type", 1))
+        if stash_type != 1:
+            raise UnsupportedOp(
+                f"SimplifiedLayerNormalization '{node.name}': stash_type {stash_type} "
+                f"(only 1, float32 statistics, is implemented)"
+            )
+        self.want_inv_std = _output_wanted(node, 1)
+
+    def run(self, x, scale):
+        xp = self.xp
+        axis = self.axis + x.ndim if self.axis < 0 else self.axis
+        lead = x.shape[:axis]
+        rows = x.astype(np.float32, copy=True).reshape(*lead, -1)  # fresh: normalized in place
+        inv_std = rms_norm_in_place(xp, rows, self.epsilon)
+        y = rows.reshape(x.shape)
+        y *= scale
+        y = y.astype(x.dtype, copy=False)
+        if not self.want_inv_std:
+            return (y,)
+        return y, inv_std.reshape(*lead, *([1] * (x.ndim - axis)))
+
+
+class EmbedLayerNormalization(Kernel):
+    """word[input_ids] + position[position_ids or 0..S-1] (+ segment[segment_ids]), layer-normalized.
+
+    Outputs: the normalized embedding, mask_index (per-batch count of mask ones, int32; zeros
+    without a mask, as ORT's CPU kernel gives), and optionally the sum before normalization.
+    """
+
+    op_type = "EmbedLayerNormalization"
+    domain = MS
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.epsilon = float(self.attr("epsilon", 1e-12))
+        self.want_mask_index = _output_wanted(node, 1)
+        self.want_sum = _output_wanted(node, 2)
+
+    def _lookup(self, table, ids, what):
+        xp = self.xp
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= table.shape[0]):
+            raise ValueError(
+                f"EmbedLayerNormalization '{self.node.name}': {what} out of range "
+                f"[0, {table.shape[0]}) (min {int(ids.min())}, max {int(ids.max())})"
+            )
+        return xp.take(table, ids, axis=0)
+
+    def run(
+        self,
+        input_ids,
+        segment_ids,
+        word_embedding,
+        position_embedding,
+        segment_embedding,
+        gamma,
+        beta,
+        mask=None,
+        position_ids=None,
+    ):
+        xp = self.xp
+        batch, seq = input_ids.shape
+        total = self._lookup(word_embedding, input_ids, "input_ids")  # fresh (B, S, H)
+        if position_ids is None:
+            if seq > position_embedding.shape[0]:
+                raise ValueError(
+                    f"EmbedLayerNormalization '{self.node.name}': sequence length {seq} exceeds "
+                    f"position_embedding rows {position_embedding.shape[0]}"
+                )
+            total += position_embedding[:seq]
+        else:
+            total += self._lookup(position_embedding, position_ids, "position_ids")  # (B|1, S, H)
+        if segment_ids is not None and segment_embedding is not None:
+            total += self._lookup(segment_embedding, segment_ids, "segment_ids")
+        summed = total.copy() if self.want_sum else None
+        layer_norm_in_place(xp, total, self.epsilon)
+        total *= gamma
+        total += beta
+        if mask is not None:
+            mask_index = mask.sum(axis=1, dtype=np.int32)
+        else:
+            mask_index = xp.zeros((batch,), dtype=np.int32)
+        return total, mask_index, summed
+
+
+KERNELS = [
+    SkipLayerNormalization,
+    SkipSimplifiedLayerNormalization,
+    SimplifiedLayerNormalization,
+    EmbedLayerNormalization,
+]
