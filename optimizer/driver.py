@@ -21,12 +21,11 @@ from optimizer.levels import LEVEL_NAMES, rules_for_level
 from optimizer.match import consumers, describe, is_custom, op_key
 from optimizer.model_io import load_model, save_model
 from optimizer.report import NearMiss, OptimizeReport, OptimizeResult, RuleStats
-from optimizer.rule import Fail, Match, Rule
+from optimizer.rule import FUSED_META_KEY, RULE_META_KEY, Fail, Match, Rule, mark_created
 
 log = logging.getLogger("fusionwatch.optimizer")
 
 MAX_ROUNDS = 10
-RULE_META_KEY = "fusionwatch.rule"
 
 
 def optimize(
@@ -69,7 +68,7 @@ def optimize(
         nodes_before=nodes_before,
         nodes_after=graph.num_nodes(),
         ops_after=dict(sorted(Counter(op_key(n) for n in graph).items())),
-        fusions=dict(sorted(Counter(op_key(n) for n in graph if RULE_META_KEY in n.meta).items())),
+        fusions=dict(sorted(Counter(op_key(n) for n in graph if FUSED_META_KEY in n.meta).items())),
         rules=stats,
         graph_hash=graph_hash(graph),
         near_misses=_dedupe(near_misses),
@@ -132,7 +131,7 @@ def _rewrite(rule: Rule, graph: ir.Graph, match: Match) -> None:
         raise RuntimeError(f"{rule.name}: rewrite returned {len(new_values)} values for {len(match.outputs)} outputs")
     anchor = match.nodes[-1].name or match.nodes[-1].op_type
     for index, node in enumerate(tape.nodes):
-        node.meta[RULE_META_KEY] = rule.name
+        mark_created(node, rule)
         graph.opset_imports.setdefault(node.domain, 1)
         if not node.name:  # onnxruntime rejects duplicate node names
             node.name = f"{rule.name}/{anchor.lstrip('/')}" + (f"/{index}" if index else "")
@@ -164,4 +163,4 @@ def _dedupe(near_misses: list[NearMiss]) -> list[NearMiss]:
     return list(seen.values())
 
 
-__all__ = ["optimize", "LEVEL_NAMES", "MAX_ROUNDS", "RULE_META_KEY"]
+__all__ = ["optimize", "LEVEL_NAMES", "MAX_ROUNDS", "RULE_META_KEY", "FUSED_META_KEY"]

@@ -193,3 +193,8 @@ def per_channel_vector(array: np.ndarray, rank: int, channels: int) -> np.ndarra
     if shape[0] != 1 or shape[1] not in (1, channels) or any(d != 1 for d in shape[2:]):
         return None
     return np.broadcast_to(array.reshape(-1), (channels,)).copy()
+
+
+# Our own ops (the layout level's channels-last pools) live here; they are known, not custom.
+FUSIONWATCH = "com.fusionwatch"
+KNOWN_DOMAINS = KNOWN_DOMAINS | {FUSIONWATCH}

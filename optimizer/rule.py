@@ -18,6 +18,11 @@ from typing import Any, ClassVar
 
 import onnx_ir as ir
 
+from optimizer.match import op_key
+
+RULE_META_KEY = "fusionwatch.rule"  # on every node a rule created: which rule
+FUSED_META_KEY = "fusionwatch.fused"  # on the fused nodes among them (the rule's `emits`)
+
 
 @dataclass
 class Fail:
@@ -60,10 +65,13 @@ class Rule:
     over. `anchors` are op keys ("Add", "com.microsoft.Gelu") the rule is offered; the driver
     indexes rules by anchor so most rules never see most nodes. A rule with no anchors is a
     whole-graph pass: its `run_on_graph` is called once per round instead.
+    `emits` are the op keys of the fused nodes this rule creates; the report counts those
+    (helpers a rewrite adds, such as a Cast of the mask, are not fusions).
     """
 
     name: ClassVar[str] = ""
     anchors: ClassVar[tuple[str, ...]] = ()
+    emits: ClassVar[tuple[str, ...]] = ()
 
     def match(self, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
         raise NotImplementedError
@@ -81,3 +89,10 @@ class Rule:
 
     def __repr__(self) -> str:
         return self.name
+
+
+def mark_created(node: ir.Node, rule: Rule) -> None:
+    """Tag a node a rule created, so the report can count it as a fusion when it is one."""
+    node.meta[RULE_META_KEY] = rule.name
+    if op_key(node) in rule.emits:
+        node.meta[FUSED_META_KEY] = True

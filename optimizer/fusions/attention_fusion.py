@@ -62,6 +62,7 @@ MAX_CHAIN = 8
 class AttentionFusion(Rule):
     name = "AttentionFusion"
     anchors = ("Softmax",)
+    emits = ("com.microsoft.Attention", "com.microsoft.MultiHeadAttention")
 
     def match(self, graph: ir.Graph, softmax: ir.Node):
         if rank(softmax.inputs[0]) not in (None, 4):

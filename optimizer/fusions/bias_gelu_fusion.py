@@ -21,6 +21,7 @@ from optimizer.rule import Match, Rule, fail
 class BiasGeluFusion(Rule):
     name = "BiasGeluFusion"
     anchors = ("Gelu", "com.microsoft.Gelu", "com.microsoft.FastGelu")
+    emits = ("com.microsoft.BiasGelu", "com.microsoft.FastGelu")
 
     def match(self, graph: ir.Graph, gelu: ir.Node):
         if is_op(gelu, "FastGelu", MS) and len([v for v in gelu.inputs if v is not None]) > 1:

@@ -25,6 +25,7 @@ ACTIVATIONS = ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Clip")
 class ConvActivationFusion(Rule):
     name = "ConvActivationFusion"
     anchors = ("Conv",)
+    emits = ("com.microsoft.FusedConv",)
 
     def match(self, graph: ir.Graph, conv: ir.Node):
         activation = next(

@@ -24,6 +24,7 @@ from optimizer.rule import Match, Rule, fail
 class ConvAddFusion(Rule):
     name = "ConvAddFusion"
     anchors = ("Add",)
+    emits = ("Conv",)
 
     def match(self, graph: ir.Graph, add: ir.Node):
         conv, addend = _conv_and_other(add)

@@ -21,6 +21,7 @@ PARAMETERS = ("scale", "bias", "mean", "var")
 class ConvBNFusion(Rule):
     name = "ConvBNFusion"
     anchors = ("BatchNormalization",)
+    emits = ("Conv",)
 
     def match(self, graph: ir.Graph, bn: ir.Node):
         conv = producer(bn.inputs[0])

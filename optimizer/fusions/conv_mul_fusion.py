@@ -23,6 +23,7 @@ from optimizer.rule import Match, Rule, fail
 class ConvMulFusion(Rule):
     name = "ConvMulFusion"
     anchors = ("Mul",)
+    emits = ("Conv",)
 
     def match(self, graph: ir.Graph, mul: ir.Node):
         conv, factor = None, None

@@ -47,6 +47,7 @@ LAYER_NORM_DEFAULT_EPSILON = 1e-5
 class EmbedLayerNormFusion(Rule):
     name = "EmbedLayerNormFusion"
     anchors = ("LayerNormalization",)
+    emits = ("com.microsoft.EmbedLayerNormalization",)
 
     def match(self, graph: ir.Graph, ln: ir.Node):
         ln_add = producer(ln.inputs[0])

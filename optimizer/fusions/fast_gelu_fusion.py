@@ -36,6 +36,7 @@ FAST_GELU_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.FLOAT, ir.DataType
 class FastGeluFusion(Rule):
     name = "FastGeluFusion"
     anchors = ("Tanh",)
+    emits = ("com.microsoft.FastGelu",)
 
     def match(self, graph: ir.Graph, tanh: ir.Node):
         scale = producer(tanh.inputs[0])

@@ -34,6 +34,7 @@ FLOAT_LOWEST = float(np.finfo(np.float32).min)  # Clip's default min before opse
 class FuseReluClip(Rule):
     name = "FuseReluClip"
     anchors = ("Clip", "Relu")
+    emits = ("Clip",)
 
     def match(self, graph: ir.Graph, node: ir.Node):
         if is_op(node, "Clip"):

@@ -22,6 +22,7 @@ from optimizer.rule import Match, Rule, fail
 class GeluApproximation(Rule):
     name = "GeluApproximation"
     anchors = ("Gelu", "com.microsoft.Gelu", "com.microsoft.BiasGelu")
+    emits = ("com.microsoft.FastGelu",)
 
     def match(self, graph: ir.Graph, gelu: ir.Node):
         x = gelu.inputs[0]

@@ -43,6 +43,7 @@ GELU_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.FLOAT, ir.DataType.DOUB
 class GeluFusion(Rule):
     name = "GeluFusion"
     anchors = ("Erf",)  # the one op of the pattern that nothing else in a transformer uses
+    emits = ("com.microsoft.Gelu",)
 
     def match(self, graph: ir.Graph, erf: ir.Node):
         scale = producer(erf.inputs[0])

@@ -33,6 +33,7 @@ GEMM_ATTRIBUTES = ("alpha", "beta", "transA", "transB")
 class GemmActivationFusion(Rule):
     name = "GemmActivationFusion"
     anchors = ("Gemm",)
+    emits = ("com.microsoft.FusedGemm",)
 
     def match(self, graph: ir.Graph, gemm: ir.Node):
         activation = next(

@@ -50,6 +50,7 @@ FUSABLE_DTYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 class LayerNormFusion(Rule):
     name = "LayerNormFusion"
     anchors = ("ReduceMean",)
+    emits = ("LayerNormalization",)
 
     def match(self, graph: ir.Graph, mean_node: ir.Node):
         x, mean = mean_node.inputs[0], mean_node.outputs[0]

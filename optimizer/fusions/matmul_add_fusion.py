@@ -33,6 +33,7 @@ GEMM_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 class MatMulAddFusion(Rule):
     name = "MatMulAddFusion"
     anchors = ("Add",)
+    emits = ("Gemm",)
 
     def match(self, graph: ir.Graph, add: ir.Node):
         matmul, bias = None, None

@@ -26,6 +26,7 @@ FUSED_MATMUL_TYPES = frozenset({ir.DataType.FLOAT16, ir.DataType.FLOAT, ir.DataT
 class MatMulScaleFusion(Rule):
     name = "MatMulScaleFusion"
     anchors = ("MatMul", "com.microsoft.FusedMatMul")
+    emits = ("com.microsoft.FusedMatMul",)
 
     def match(self, graph: ir.Graph, matmul: ir.Node):
         inputs = list(matmul.inputs[:2])

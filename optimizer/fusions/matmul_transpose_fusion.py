@@ -20,6 +20,7 @@ from optimizer.rule import Match, Rule, fail
 class MatmulTransposeFusion(Rule):
     name = "MatmulTransposeFusion"
     anchors = ("MatMul", "com.microsoft.FusedMatMul")
+    emits = ("com.microsoft.FusedMatMul",)
 
     def match(self, graph: ir.Graph, matmul: ir.Node):
         transposes = [_transpose_feeding(value) for value in matmul.inputs[:2]]

@@ -19,6 +19,7 @@ from optimizer.rule import Match, Rule, fail
 class QuickGeluFusion(Rule):
     name = "QuickGeluFusion"
     anchors = ("Sigmoid",)
+    emits = ("com.microsoft.QuickGelu",)
 
     def match(self, graph: ir.Graph, sigmoid: ir.Node):
         gated = sigmoid.inputs[0]

@@ -39,6 +39,7 @@ RUNTIME = None  # a target element only known at run time
 class ReshapeFusion(Rule):
     name = "ReshapeFusion"
     anchors = ("Reshape",)
+    emits = ("Reshape",)
 
     def match(self, graph: ir.Graph, reshape: ir.Node):
         data, target = reshape.inputs[0], input_at(reshape, 1)

@@ -30,6 +30,7 @@ from optimizer.rule import Fail, Match, Rule
 class SimplifiedLayerNormFusion(Rule):
     name = "SimplifiedLayerNormFusion"
     anchors = ("ReduceMean",)
+    emits = ("SimplifiedLayerNormalization",)
 
     def match(self, graph: ir.Graph, var_node: ir.Node):
         square_node = producer(var_node.inputs[0])

@@ -29,6 +29,7 @@ LAYER_NORM_DEFAULT_EPSILON = 1e-5
 class SkipLayerNormFusion(Rule):
     name = "SkipLayerNormFusion"
     anchors = ("LayerNormalization",)
+    emits = ("com.microsoft.SkipLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization")
 
     def match(self, graph: ir.Graph, ln: ir.Node):
         add = producer(ln.inputs[0])
