@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
-MODELS = Path(__file__).parent / "models"
+from tests.oracle import MODELS, fixture_feeds, run_onnxruntime
+
 REPO = Path(__file__).parent.parent
 MAX_BYTES = 1_000_000
-VOCAB = 1000  # tiny HF configs in tools/make_fixtures.py
 HIDDEN = 64
+FIXTURE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "pixel_values"}
 
 # Per fixture: opset, and exact counts of the ops the optimizer's fusion tests key on.
 # 0 means "must be absent" (e.g. opset-14 files cannot contain LayerNormalization).
@@ -76,25 +76,10 @@ def _histogram(model: onnx.ModelProto) -> collections.Counter:
     return collections.Counter(n.op_type for n in model.graph.node)
 
 
-def _feeds(sess: ort.InferenceSession, batch: int, seq: int) -> dict[str, np.ndarray]:
-    """Random but valid inputs: token ids in vocab, a padding mask, one token-type switch."""
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for inp in sess.get_inputs():
-        if inp.name == "input_ids":
-            feeds[inp.name] = rng.integers(0, VOCAB, (batch, seq), dtype=np.int64)
-        elif inp.name == "attention_mask":
-            mask = np.ones((batch, seq), dtype=np.int64)
-            mask[-1, seq - seq // 4:] = 0  # right padding on the last row exercises masking
-            feeds[inp.name] = mask
-        elif inp.name == "token_type_ids":
-            tt = np.zeros((batch, seq), dtype=np.int64)
-            tt[:, seq // 2:] = 1
-            feeds[inp.name] = tt
-        elif inp.name == "pixel_values":
-            feeds[inp.name] = rng.standard_normal((batch, 3, 32, 32), dtype=np.float32)
-        else:
-            raise AssertionError(f"unexpected input {inp.name}")
+def _feeds(model: onnx.ModelProto, batch: int, seq: int) -> dict[str, np.ndarray]:
+    """Random but valid inputs (see tests/oracle.py), for exactly the inputs the exporters write."""
+    feeds = fixture_feeds(model, batch, seq)
+    assert set(feeds) <= FIXTURE_INPUTS, f"unexpected fixture inputs {sorted(set(feeds) - FIXTURE_INPUTS)}"
     return feeds
 
 
@@ -153,16 +138,16 @@ def test_layernorm_epsilons():
 @pytest.mark.parametrize("batch,seq", [(1, 16), (2, 8)])
 def test_fixture_runs_in_onnxruntime(name, batch, seq):
     # (2, 8) proves the batch/sequence axes really are dynamic in every exporter's output.
-    sess = ort.InferenceSession(str(MODELS / name), providers=["CPUExecutionProvider"])
-    outs = sess.run(None, _feeds(sess, batch, seq))
-    for meta, out in zip(sess.get_outputs(), outs, strict=True):
-        assert out.dtype == np.float32, meta.name
-        assert out.shape[0] == batch, meta.name
-        assert np.isfinite(out).all(), f"{name}:{meta.name} has non-finite values"
+    model = _load(name)
+    outs = run_onnxruntime(model, _feeds(model, batch, seq))
+    for output, out in outs.items():
+        assert out.dtype == np.float32, output
+        assert out.shape[0] == batch, output
+        assert np.isfinite(out).all(), f"{name}:{output} has non-finite values"
     if name.startswith(("bert", "gpt2")):
-        assert outs[0].shape == (batch, seq, HIDDEN)
+        assert outs["last_hidden_state"].shape == (batch, seq, HIDDEN)
     else:
-        assert outs[0].shape == (batch, 32, 4, 4)
+        assert outs["last_hidden_state"].shape == (batch, 32, 4, 4)
 
 
 def test_inventory_is_current():
@@ -178,10 +163,10 @@ def test_inventory_is_current():
 def test_attention_mask_is_live(name):
     # transformers skips the mask when it is all ones; an export that traced that shortcut would
     # ignore attention_mask, and mask-handling bugs in attention fusions would go unnoticed.
-    sess = ort.InferenceSession(str(MODELS / name), providers=["CPUExecutionProvider"])
-    feeds = _feeds(sess, 1, 16)
+    model = _load(name)
+    feeds = _feeds(model, 1, 16)
     feeds["attention_mask"] = np.ones((1, 16), dtype=np.int64)
-    full = sess.run(None, feeds)[0]
+    full = run_onnxruntime(model, feeds)["last_hidden_state"]
     feeds["attention_mask"][0, :4] = 0  # hide the first tokens from every query
-    masked = sess.run(None, feeds)[0]
+    masked = run_onnxruntime(model, feeds)["last_hidden_state"]
     assert np.abs(full[0, -1] - masked[0, -1]).max() > 1e-3

@@ -7,12 +7,10 @@ must reproduce the original graph's outputs.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 from onnx_ir.passes.common import ShapeInferencePass
 
@@ -21,8 +19,8 @@ from optimizer.driver import _apply
 from optimizer.fusions.attention_fusion import AttentionFusion
 from optimizer.report import RuleStats
 from tests.models import patterns
+from tests.oracle import MODELS, assert_same_outputs, fixture_feeds
 
-MODELS = Path(__file__).resolve().parent.parent / "models"
 TRANSFORMER_FIXTURES = [
     "bert_torchscript_opset14.onnx",  # SDPA: Q and Kᵀ each scaled by sqrt(1/sqrt(d)), NaN guard
     "bert_eager_torchscript_opset14.onnx",  # eager: Q·Kᵀ scaled once, finfo.min mask
@@ -31,31 +29,12 @@ TRANSFORMER_FIXTURES = [
     "gpt2_dynamo_opset20.onnx",  # as above, the block output flattened to [B*S, hidden]
 ]
 LAYERS = 2
-RTOL, ATOL = 1e-3, 1e-4
 
 
-def _session(model: onnx.ModelProto | str) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3  # fused models leave the absorbed weights unused: expected
-    source = model if isinstance(model, str) else model.SerializeToString()
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-
-
-def _fixture_feeds(session: ort.InferenceSession) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    batch, seq = 2, 16
-    feeds = {}
-    for arg in session.get_inputs():
-        if arg.name == "input_ids":
-            feeds[arg.name] = rng.integers(0, 1000, (batch, seq), dtype=np.int64)
-        elif arg.name == "attention_mask":
-            mask = np.ones((batch, seq), np.int64)
-            mask[0, 13:] = 0  # padding at the end of both rows, different lengths
-            mask[1, 9:] = 0
-            feeds[arg.name] = mask
-        else:  # token_type_ids
-            feeds[arg.name] = np.zeros((batch, seq), np.int64)
+def _padded_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Padding at the end of both rows, different lengths: the fused mask must follow each row."""
+    feeds = fixture_feeds(model, batch=2, seq=16)
+    feeds["attention_mask"][0, 13:] = 0  # fixture_feeds pads the last row from position 12
     return feeds
 
 
@@ -67,13 +46,6 @@ def _attention_only(model: onnx.ModelProto | str) -> tuple[ir.Model, int, list]:
     fired = _apply(AttentionFusion(), ir_model.graph, RuleStats(), near_misses)
     ir_model.graph.sort()
     return ir_model, fired, near_misses
-
-
-def _assert_same_outputs(original, optimized: onnx.ModelProto, feeds=None):
-    reference, fused = _session(original), _session(optimized)
-    feeds = feeds if feeds is not None else _fixture_feeds(reference)
-    for want, got in zip(reference.run(None, feeds), fused.run(None, feeds), strict=True):
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 # --- the exported fixtures -----------------------------------------------------------------
@@ -90,21 +62,22 @@ def test_extended_level_fuses_one_attention_per_layer(name):
 
 @pytest.mark.parametrize("name", TRANSFORMER_FIXTURES)
 def test_fused_fixture_matches_original_in_onnxruntime(name):
-    path = str(MODELS / name)
-    model, fired, near_misses = _attention_only(path)
+    model, fired, near_misses = _attention_only(str(MODELS / name))
     assert fired == LAYERS and near_misses == []
     ops = Counter(n.op_type for n in model.graph)
     assert ops["Attention"] == LAYERS and ops["Softmax"] == 0
     # Q, K, V projections and the probs@V MatMul are absorbed; only the output projection stays.
     attention = [n for n in model.graph if n.op_type == "Attention"]
     assert all(len(n.inputs) == 6 and n.inputs[5] is not None for n in attention)  # mask kept as bias
-    _assert_same_outputs(path, ir.to_proto(model))
+    original = onnx.load(MODELS / name)
+    assert_same_outputs(original, model, _padded_feeds(original))
 
 
 def test_fused_fixture_at_extended_level_matches_original():
-    path = str(MODELS / "bert_torchscript_opset14.onnx")
-    result = optimize(path, "extended")
-    _assert_same_outputs(path, ir.to_proto(result.model))
+    path = MODELS / "bert_torchscript_opset14.onnx"
+    result = optimize(str(path), "extended")
+    original = onnx.load(path)
+    assert_same_outputs(original, result, _padded_feeds(original))
 
 
 # --- small blocks ----------------------------------------------------------------------------
@@ -129,7 +102,7 @@ def test_small_block_fuses_and_matches(scale, qkv, mask):
     assert attention.attributes["num_heads"].value == patterns.ATTN_HEADS
     assert attention.attributes["scale"].value == pytest.approx(0.5)  # 1/sqrt(head size 4)
     feeds = _small_feeds() if mask else {"x": _small_feeds()["x"]}
-    _assert_same_outputs(original, ir.to_proto(model), feeds)
+    assert_same_outputs(original, model, feeds)
 
 
 def test_packed_projection_is_reused_without_a_new_weight():

@@ -7,60 +7,23 @@ The fixture tests pin the counts on the exported BERT and GPT-2 models at level 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
 from optimizer import optimize
 from tests.models import patterns
+from tests.oracle import MODELS, assert_same_outputs, fixture_feeds
 
-MODELS = Path(__file__).resolve().parent.parent / "models"
-RTOL, ATOL = 1e-3, 1e-4
-
-
-def _session(model: onnx.ModelProto | str) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    source = model if isinstance(model, str) else model.SerializeToString()
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-
-
-def _feeds(session: ort.InferenceSession, batch: int = 2, seq: int = 6) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for arg in session.get_inputs():
-        shape = [d if isinstance(d, int) else (batch if i == 0 else seq) for i, d in enumerate(arg.shape)]
-        if arg.type == "tensor(float)":
-            feeds[arg.name] = rng.standard_normal(shape).astype(np.float32)
-        elif arg.name == "attention_mask":
-            mask = np.ones(shape, np.int64)
-            mask[-1, -2:] = 0
-            feeds[arg.name] = mask
-        elif arg.name == "token_type_ids":
-            feeds[arg.name] = rng.integers(0, 2, shape).astype(np.int64)
-        elif arg.name == "position_ids":
-            feeds[arg.name] = np.arange(seq, dtype=np.int64).reshape(1, seq)
-        else:
-            feeds[arg.name] = rng.integers(0, patterns.EMB_SEQ, shape).astype(np.int64)
-    return feeds
+# The embedding patterns' tables hold EMB_VOCAB words and EMB_POSITIONS positions: feeds must fit.
+EMBED_FEEDS = dict(batch=patterns.EMB_BATCH, seq=patterns.EMB_SEQ, vocab=patterns.EMB_VOCAB)
 
 
 def _optimize(model: onnx.ModelProto):
     result = optimize(model, level="extended")
     return ir.serde.serialize_model(result.model), result.report
-
-
-def _assert_same_outputs(original, optimized, **feed_args) -> None:
-    before, after = _session(original), _session(optimized)
-    feeds = _feeds(before, **feed_args)
-    for name, want, got in zip([o.name for o in before.get_outputs()], before.run(None, feeds), after.run(None, feeds), strict=True):
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"output {name}")
 
 
 def _messages(report, rule: str) -> list[str]:
@@ -100,7 +63,7 @@ def test_layer_norm_fuses(variant):
     assert list(node.input) == ["x", "/ln/gamma", "/ln/beta"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attrs["axis"] == -1 and attrs["epsilon"] == pytest.approx(1e-3)
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +88,7 @@ def test_layer_norm_near_misses(kwargs, message):
     assert report.ops_after["ReduceMean"] == 2
     assert _messages(report, "LayerNormFusion") == [message]
     assert _messages(report, "SimplifiedLayerNormFusion") == []
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 # --- SimplifiedLayerNormFusion ----------------------------------------------------------------
@@ -151,7 +114,7 @@ def test_rms_norm_fuses(variant):
     assert node.domain == "" and list(node.input) == ["x", "/ln/gamma"]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attrs["epsilon"] == pytest.approx(1e-6) and attrs["axis"] == -1
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +136,7 @@ def test_rms_norm_near_misses(kwargs, message):
     assert report.ops_after.get("SimplifiedLayerNormalization", 0) == 0
     assert report.ops_after["ReduceMean"] == 1
     assert _messages(report, "SimplifiedLayerNormFusion") == [message]
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 # --- SkipLayerNormFusion ----------------------------------------------------------------------
@@ -195,7 +158,7 @@ def test_skip_layer_norm_fuses(bias, expected_inputs):
     assert node.domain == "com.microsoft" and list(node.input) == expected_inputs
     assert list(node.output) == ["y"]
     assert onnx.helper.get_attribute_value(node.attribute[0]) == pytest.approx(1e-6)
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 def test_skip_layer_norm_keeps_the_residual_sum_read_by_the_next_block():
@@ -206,7 +169,7 @@ def test_skip_layer_norm_keeps_the_residual_sum_read_by_the_next_block():
     node = _node(optimized, "SkipLayerNormalization")
     assert list(node.output) == ["y", "", "", "/ln/residual"]
     assert list(_node(optimized, "Add").input) == ["y", "/ln/residual"]
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 def test_skip_layer_norm_residual_sum_as_graph_output():
@@ -214,7 +177,7 @@ def test_skip_layer_norm_residual_sum_as_graph_output():
     optimized, report = _optimize(model)
     assert report.ops_after == {"com.microsoft.SkipLayerNormalization": 1}
     assert list(_node(optimized, "SkipLayerNormalization").output) == ["y", "", "", "/ln/residual"]
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 def test_skip_layer_norm_leaves_a_bias_add_that_is_read_elsewhere():
@@ -222,7 +185,7 @@ def test_skip_layer_norm_leaves_a_bias_add_that_is_read_elsewhere():
     optimized, report = _optimize(model)
     assert report.ops_after == {"Add": 1, "com.microsoft.SkipLayerNormalization": 1}
     assert list(_node(optimized, "SkipLayerNormalization").input) == ["/ln/biased", "skip", "/ln/gamma", "/ln/beta"]
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 def test_decomposed_layer_norm_becomes_skip_layer_norm():
@@ -231,7 +194,7 @@ def test_decomposed_layer_norm_becomes_skip_layer_norm():
     assert report.rules["LayerNormFusion"].fired == 1
     assert report.rules["SkipLayerNormFusion"].fired == 1
     assert report.ops_after == {"com.microsoft.SkipLayerNormalization": 1}
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 @pytest.mark.parametrize(
@@ -259,7 +222,7 @@ def test_skip_layer_norm_near_misses(kwargs, message):
     optimized, report = _optimize(model)
     assert report.ops_after == {"Add": 1, "LayerNormalization": 1}
     assert _messages(report, "SkipLayerNormFusion") == [message]
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized)
 
 
 # --- EmbedLayerNormFusion ---------------------------------------------------------------------
@@ -278,7 +241,7 @@ def test_embed_layer_norm_fuses_sliced_position_ids():
     assert list(node.input)[2:8] == ["/emb/word", "/emb/position", "/emb/segment", "/emb/ln/gamma", "/emb/ln/beta", ""]
     assert len(node.input) == 9 and len(node.output) == 2
     assert onnx.helper.get_attribute_value(node.attribute[0]) == pytest.approx(1e-12)
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
 def test_embed_layer_norm_drops_constant_default_positions():
@@ -286,7 +249,7 @@ def test_embed_layer_norm_drops_constant_default_positions():
     optimized, report = _optimize(model)
     assert report.ops_after == {"Cast": 2, "com.microsoft.Attention": 1, "com.microsoft.EmbedLayerNormalization": 1}
     assert len(_node(optimized, "EmbedLayerNormalization").input) == 7
-    _assert_same_outputs(model, optimized, batch=patterns.EMB_BATCH, seq=patterns.EMB_SEQ)
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
 def test_embed_layer_norm_without_segment_embedding():
@@ -296,7 +259,7 @@ def test_embed_layer_norm_without_segment_embedding():
     assert report.ops_after["com.microsoft.EmbedLayerNormalization"] == 1
     node = _node(optimized, "EmbedLayerNormalization")
     assert node.input[1] == "" and node.input[4] == ""
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
 def test_embed_layer_norm_keeps_the_sum_read_by_the_first_residual():
@@ -305,7 +268,7 @@ def test_embed_layer_norm_keeps_the_sum_read_by_the_first_residual():
     assert report.ops_after["com.microsoft.EmbedLayerNormalization"] == 1
     node = _node(optimized, "EmbedLayerNormalization")
     assert len(node.output) == 3 and node.output[2] == "/emb/Add_1_output_0"
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
 @pytest.mark.parametrize(
@@ -324,7 +287,7 @@ def test_embed_layer_norm_near_misses(kwargs, message):
     assert report.ops_after.get("com.microsoft.EmbedLayerNormalization", 0) == 0
     assert report.ops_after["Gather"] == 3 and report.ops_after["LayerNormalization"] == 1
     assert _messages(report, "EmbedLayerNormFusion") == [message]
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
 def test_embed_layer_norm_two_consumers_of_a_lookup():
@@ -336,7 +299,7 @@ def test_embed_layer_norm_two_consumers_of_a_lookup():
     assert _messages(report, "EmbedLayerNormFusion") == [
         "EmbedLayerNormFusion at /emb/LayerNorm: intermediate value '/emb/seg_out' also feeds Neg '/emb/Neg'"
     ]
-    _assert_same_outputs(model, optimized)
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
 # --- exported fixtures ------------------------------------------------------------------------
@@ -355,8 +318,8 @@ FIXTURE_COUNTS = {
 
 @pytest.mark.parametrize("fixture", sorted(FIXTURE_COUNTS))
 def test_fixture_normalization_counts_and_numerics(fixture):
-    path = MODELS / f"{fixture}.onnx"
-    optimized, report = _optimize(onnx.load(path))
+    model = onnx.load(MODELS / f"{fixture}.onnx")
+    optimized, report = _optimize(model)
     ops = report.ops_after
     counts = {
         "LayerNormalization": ops.get("LayerNormalization", 0),
@@ -365,4 +328,4 @@ def test_fixture_normalization_counts_and_numerics(fixture):
     }
     assert counts == FIXTURE_COUNTS[fixture]
     assert "ReduceMean" not in ops  # every exported LayerNorm was recognised
-    _assert_same_outputs(str(path), optimized, batch=2, seq=16)
+    assert_same_outputs(model, optimized, fixture_feeds(model, batch=2, seq=16))
