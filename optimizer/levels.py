@@ -27,6 +27,9 @@ from optimizer.fusions.layer_norm_fusion import LayerNormFusion
 from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
 from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
 from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
+
+# --- layout: channels-last regions for our CPU kernels ----------------------------------------
+from optimizer.fusions.nhwc_conv_layout import NhwcTransformer
 from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
 from optimizer.fusions.reshape_fusion import ReshapeFusion
 from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
@@ -81,7 +84,10 @@ EXTENDED: list[Rule] = BASIC_CLEANUPS + [
 ]
 
 # Layout rules for our CPU kernels are added by runtime's layout work.
-LAYOUT_RULES: list[Rule] = []
+LAYOUT_RULES: list[Rule] = [
+    # After ConvActivationFusion (in EXTENDED): it converts FusedConv as it finds it.
+    NhwcTransformer(),
+]
 
 LEVELS: dict[str, list[Rule]] = {
     "disabled": [],

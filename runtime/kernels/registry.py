@@ -11,36 +11,38 @@ from collections import defaultdict
 from runtime.kernels.base import Kernel
 
 # Each family module ends with `KERNELS = [...]`; uncomment a line when its module lands.
-# from runtime.kernels import elementwise
-# from runtime.kernels import activation
-# from runtime.kernels import reduction
-# from runtime.kernels import tensor
-# from runtime.kernels import indexing
-# from runtime.kernels import linalg
-# from runtime.kernels import conv
-# from runtime.kernels import pool
-# from runtime.kernels import normalization
-# from runtime.kernels import control_flow
-# from runtime.kernels import contrib_activation
-# from runtime.kernels import contrib_normalization
-# from runtime.kernels import contrib_attention
-# from runtime.kernels import contrib_linear
+from runtime.kernels import elementwise
+from runtime.kernels import activation
+from runtime.kernels import reduction
+from runtime.kernels import tensor
+from runtime.kernels import indexing
+from runtime.kernels import linalg
+from runtime.kernels import conv
+from runtime.kernels import conv_nhwc
+from runtime.kernels import pool
+from runtime.kernels import normalization
+from runtime.kernels import control_flow
+from runtime.kernels import contrib_activation
+from runtime.kernels import contrib_normalization
+from runtime.kernels import contrib_attention
+from runtime.kernels import contrib_linear
 
 FAMILIES: list = [
-    # elementwise,
-    # activation,
-    # reduction,
-    # tensor,
-    # indexing,
-    # linalg,
-    # conv,
-    # pool,
-    # normalization,
-    # control_flow,
-    # contrib_activation,
-    # contrib_normalization,
-    # contrib_attention,
-    # contrib_linear,
+    elementwise,
+    activation,
+    reduction,
+    tensor,
+    indexing,
+    linalg,
+    conv,
+    conv_nhwc,
+    pool,
+    normalization,
+    control_flow,
+    contrib_activation,
+    contrib_normalization,
+    contrib_attention,
+    contrib_linear,
 ]
 
 KERNELS: list[type[Kernel]] = [kernel for family in FAMILIES for kernel in family.KERNELS]

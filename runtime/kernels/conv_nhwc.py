@@ -1,0 +1,346 @@
+"""Channels-last (NHWC) convolution and pooling: what the `layout` level's NhwcTransformer emits.
+
+In channels-last order the channels are the innermost axis, so a window view over the
+spatial axes is (N, *out, *kernel, C): the im2col matrix is that view reshaped to
+(N*P, K*C) — one copy, already in the order the pre-reshaped weight (K*C, M) wants — and
+one GEMM writes (N*P, M), which *is* the NHWC output. Bias, the residual sum Z and the
+activation are then applied in place on that buffer, so FusedConv's epilogue costs no
+extra temporaries.
+
+Ops, with their domain and why (see optimizer/fusions/nhwc_conv_layout.py):
+  com.microsoft.NhwcFusedConv   ONNX Runtime's op: X and Y NHWC, W in Conv's (M, C/g, *k)
+                                order, optional B and Z, `activation`/`activation_params`
+  com.fusionwatch.NhwcMaxPool, NhwcAveragePool, NhwcGlobalAveragePool
+                                ONNX's pools with input 0 and output 0 channels-last
+
+The weight is reordered to (groups, K*C/g, M/g) once, in `__init__`, when it is a constant
+of the graph (the usual case); a weight computed at run time is reordered on each call.
+float16 is computed in float32 (numpy has no half-precision GEMM) and cast back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from optimizer.match import FUSIONWATCH
+from runtime.backends import numpy_backend
+from runtime.kernels.base import Kernel, UnsupportedOp
+from runtime.kernels.conv import _read_auto_pad, _same_pads
+from runtime.kernels.pool import _Geometry
+
+
+def _channels_last_padded(xp, x, begin, end, fill=0):
+    """x (N, *spatial, C) with `fill` added around its spatial axes (x itself when no padding)."""
+    if not any(begin) and not any(end):
+        return x
+    spatial = x.shape[1:-1]
+    shape = (x.shape[0], *(s + b + e for s, b, e in zip(spatial, begin, end, strict=True)), x.shape[-1])
+    out = xp.full(shape, fill, dtype=x.dtype) if fill else xp.zeros(shape, dtype=x.dtype)
+    out[(slice(None), *(slice(b, b + s) for b, s in zip(begin, spatial, strict=True)), slice(None))] = x
+    return out
+
+
+def _channels_last_windows(xp, padded, kernel, out, strides, dilations):
+    """A zero-copy view (N, *out, *kernel, C): every kernel tap at every output position."""
+    sn, *ss, sc = padded.strides
+    shape = (padded.shape[0], *out, *kernel, padded.shape[-1])
+    steps = (
+        sn,
+        *(s * t for s, t in zip(ss, strides, strict=True)),
+        *(s * d for s, d in zip(ss, dilations, strict=True)),
+        sc,
+    )
+    return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=steps, writeable=False)
+
+
+# --- the fused activations ONNX Runtime's FusedConv accepts, applied in place ------------------
+def _relu(xp, y, params):
+    xp.maximum(y, 0, out=y)
+
+
+def _leaky_relu(xp, y, params):
+    xp.multiply(y, xp.where(y < 0, y.dtype.type(params[0]), y.dtype.type(1)), out=y)
+
+
+def _sigmoid(xp, y, params):
+    xp.negative(y, out=y)
+    xp.exp(y, out=y)
+    y += 1
+    xp.reciprocal(y, out=y)
+
+
+def _tanh(xp, y, params):
+    xp.tanh(y, out=y)
+
+
+def _hard_sigmoid(xp, y, params):
+    y *= params[0]
+    y += params[1]
+    xp.clip(y, 0, 1, out=y)
+
+
+def _clip(xp, y, params):
+    xp.clip(y, params[0], params[1], out=y)
+
+
+ACTIVATIONS = {
+    # name: (in-place function, number of activation_params)
+    "Relu": (_relu, 0),
+    "LeakyRelu": (_leaky_relu, 1),
+    "Sigmoid": (_sigmoid, 0),
+    "Tanh": (_tanh, 0),
+    "HardSigmoid": (_hard_sigmoid, 2),
+    "Clip": (_clip, 2),
+}
+
+
+class NhwcFusedConv(Kernel):
+    """Y = activation(conv(X, W) + B + Z), X/Y/Z channels-last, W in Conv's order."""
+
+    op_type = "NhwcFusedConv"
+    domain = "com.microsoft"
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.auto_pad = _read_auto_pad(self)
+        self.group = self.attr("group", 1)
+        self.strides = self.attr("strides")
+        self.dilations = self.attr("dilations")
+        self.pads = self.attr("pads")
+        self.activation = None
+        name = self.attr("activation")
+        if name is not None:
+            if name not in ACTIVATIONS:
+                raise UnsupportedOp(
+                    f"NhwcFusedConv '{node.name}': activation {name!r} is not one of {', '.join(ACTIVATIONS)}"
+                )
+            function, count = ACTIVATIONS[name]
+            params = [float(p) for p in self.attr("activation_params", [])]
+            if len(params) != count:
+                raise UnsupportedOp(
+                    f"NhwcFusedConv '{node.name}': activation {name} takes {count} activation_params, got {len(params)}"
+                )
+            self.activation = (function, params)
+        self._plans: dict = {}
+        # A constant weight is reordered for the GEMM here, once, not on every run.
+        self._weight = None
+        weight = node.inputs[1] if len(node.inputs) > 1 else None
+        if weight is not None and weight.const_value is not None:
+            array = weight.const_value.numpy()
+            if array.dtype == np.float16:
+                array = array.astype(np.float32)
+            self._weight = (array.shape, self.xp.asarray(self._gemm_weight(array)))
+
+    def _gemm_weight(self, w):
+        """(M, C/g, *k) -> (g, K*C/g, M/g), rows in the (*k, c) order of a channels-last window."""
+        m, cg, *kernel = w.shape
+        g = self.group
+        w = w.reshape(g, m // g, cg, *kernel)
+        rank = len(kernel)
+        w = w.transpose(0, *range(3, 3 + rank), 2, 1)  # (g, *k, C/g, M/g)
+        return np.ascontiguousarray(w).reshape(g, math.prod(kernel) * cg, m // g)
+
+    def _plan(self, x_shape, w_shape):
+        n, *sizes, c = x_shape
+        m, cg, *kernel = w_shape
+        rank = len(kernel)
+        if len(sizes) != rank:
+            raise ValueError(
+                f"NhwcFusedConv '{self.node.name}': input of rank {len(x_shape)} for a {rank}-D kernel"
+            )
+        if cg * self.group != c:
+            raise ValueError(
+                f"NhwcFusedConv '{self.node.name}': input has {c} channels but weight expects {cg} x group {self.group}"
+            )
+        strides = self.strides or [1] * rank
+        dilations = self.dilations or [1] * rank
+        if self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            begin, end = _same_pads(self.auto_pad, sizes, kernel, strides, dilations)
+        elif self.auto_pad == "VALID" or not self.pads:
+            begin, end = [0] * rank, [0] * rank
+        else:
+            begin, end = list(self.pads[:rank]), list(self.pads[rank:])
+        out = [
+            (size + b + e - (k - 1) * d - 1) // s + 1
+            for size, b, e, k, d, s in zip(sizes, begin, end, kernel, dilations, strides, strict=True)
+        ]
+        if all(k == 1 for k in kernel) and not any(begin) and not any(end) and self.group == 1:
+            path = "pointwise"
+        elif cg == 1 and m == self.group:
+            path = "depthwise"
+        else:
+            path = "im2col"
+        return path, begin, end, kernel, out, strides, dilations
+
+    def run(self, x, w, b=None, z=None):
+        xp = self.xp
+        dtype = x.dtype
+        if dtype == np.float16:
+            x = x.astype(np.float32)
+            b = None if b is None else b.astype(np.float32)
+        key = (x.shape, w.shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(x.shape, w.shape)
+        path, begin, end, kernel, out, strides, dilations = plan
+        if self._weight is not None and self._weight[0] == w.shape:
+            weight = self._weight[1]
+        else:
+            weight = xp.asarray(self._gemm_weight(self.backend.to_host(w).astype(np.float32, copy=False)))
+        n = x.shape[0]
+        m = w.shape[0]
+        g = self.group
+        rows = n * math.prod(out)
+
+        if path == "pointwise":
+            if any(s != 1 for s in strides):
+                x = x[(slice(None), *(slice(None, None, s) for s in strides), slice(None))]
+            y = xp.matmul(x.reshape(rows, x.shape[-1]), weight[0])
+        elif path == "depthwise":
+            windows = _channels_last_windows(
+                xp, _channels_last_padded(xp, x, begin, end), kernel, out, strides, dilations
+            )
+            # (K, C): one channel vector per tap. With unit stride along the last spatial axis a
+            # tap's window rows are contiguous (W*C values), so the vector is tiled to that length
+            # once and each multiply-add runs over long rows instead of C-long ones.
+            taps = weight.reshape(g, math.prod(kernel)).T
+            row = out[-1] if strides[-1] == 1 else 1
+            taps = xp.ascontiguousarray(xp.tile(taps, (1, row)))
+            lead = (slice(None),) * (1 + len(out))
+            shape = (n, *out[:-1], out[-1] // row, row * m)
+            y = None
+            scratch = None
+            for t, tap in enumerate(itertools.product(*(range(k) for k in kernel))):
+                window = windows[lead + tap].reshape(shape)
+                if y is None:
+                    y = window * taps[t]
+                    scratch = xp.empty_like(y)
+                else:
+                    xp.multiply(window, taps[t], out=scratch)
+                    y += scratch
+            y = y.reshape(rows, m)
+        elif g == 1:
+            windows = _channels_last_windows(
+                xp, _channels_last_padded(xp, x, begin, end), kernel, out, strides, dilations
+            )
+            y = xp.matmul(windows.reshape(rows, -1), weight[0])
+        else:
+            windows = _channels_last_windows(
+                xp, _channels_last_padded(xp, x, begin, end), kernel, out, strides, dilations
+            )
+            cg = x.shape[-1] // g
+            grouped = windows.reshape(*windows.shape[:-1], g, cg)  # (N, *out, *k, g, C/g)
+            spatial = 2 * len(out)
+            grouped = xp.moveaxis(grouped, 1 + spatial, 0).reshape(g, rows, -1)
+            y = xp.matmul(grouped, weight)  # (g, rows, M/g)
+            y = xp.ascontiguousarray(y.transpose(1, 0, 2)).reshape(rows, m)
+        if b is not None:
+            y += b
+        if z is not None:
+            y += z.reshape(rows, m)
+        if self.activation is not None:
+            function, params = self.activation
+            function(xp, y, params)
+        return (y.reshape(n, *out, m).astype(dtype, copy=False),)
+
+
+class _NhwcWindowPool(Kernel):
+    """Window geometry shared with the NCHW pools (runtime/kernels/pool.py), taps channels-last."""
+
+    domain = FUSIONWATCH
+    since_version = 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.auto_pad = self.attr("auto_pad", "NOTSET")
+        if self.auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+            raise UnsupportedOp(f"{self.op_type} '{node.name}': unknown auto_pad {self.auto_pad!r}")
+        self.kernel = self.attr("kernel_shape")
+        if self.kernel is None:
+            raise UnsupportedOp(f"{self.op_type} '{node.name}': attribute kernel_shape is required")
+        rank = len(self.kernel)
+        self.strides = self.attr("strides") or [1] * rank
+        self.dilations = self.attr("dilations") or [1] * rank
+        self.pads = self.attr("pads")
+        self.ceil_mode = bool(self.attr("ceil_mode", 0))
+        self._plans: dict = {}
+
+    def plan(self, shape):
+        """(geometry, per-tap channels-last slices, begin pads, end pads incl. ceil_mode overhang)."""
+        plan = self._plans.get(shape)
+        if plan is None:
+            geometry = _Geometry(
+                shape[1:-1],
+                self.kernel,
+                self.strides,
+                self.dilations,
+                self.auto_pad,
+                self.pads,
+                self.ceil_mode,
+            )
+            # The NCHW geometry's taps index (N, C, *spatial); channels-last puts C at the end.
+            taps = [(slice(None), *tap[2:], slice(None)) for tap in geometry.taps]
+            end = [e + x for e, x in zip(geometry.end, geometry.extra, strict=True)]
+            plan = self._plans[shape] = (geometry, taps, geometry.begin, end)
+        return plan
+
+
+class NhwcMaxPool(_NhwcWindowPool):
+    op_type = "NhwcMaxPool"
+
+    def run(self, x):
+        xp = self.xp
+        _, taps, begin, end = self.plan(x.shape)
+        fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        padded = _channels_last_padded(xp, x, begin, end, fill)
+        y = padded[taps[0]].copy()
+        for tap in taps[1:]:
+            xp.maximum(y, padded[tap], out=y)
+        return (y,)
+
+
+class NhwcAveragePool(_NhwcWindowPool):
+    op_type = "NhwcAveragePool"
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.include_pad = bool(self.attr("count_include_pad", 0))
+        self._divisors: dict = {}
+
+    def run(self, x):
+        xp = self.xp
+        geometry, taps, begin, end = self.plan(x.shape)
+        work = x.astype(np.float32) if x.dtype == np.float16 else x
+        padded = _channels_last_padded(xp, work, begin, end)
+        total = padded[taps[0]].copy()
+        for tap in taps[1:]:
+            total += padded[tap]
+        divisor = self._divisors.get(x.shape)
+        if divisor is None:
+            counts = geometry.window_counts(xp, self.include_pad).astype(total.dtype)
+            divisor = self._divisors[x.shape] = counts[..., None]  # one count per position, all channels
+        total /= divisor
+        return (total.astype(x.dtype, copy=False),)
+
+
+class NhwcGlobalAveragePool(Kernel):
+    op_type = "NhwcGlobalAveragePool"
+    domain = FUSIONWATCH
+    since_version = 1
+
+    def run(self, x):
+        accumulate = np.float32 if x.dtype == np.float16 else None  # a half-precision sum overflows
+        mean = x.mean(axis=tuple(range(1, x.ndim - 1)), keepdims=True, dtype=accumulate)
+        return (mean.astype(x.dtype, copy=False),)
+
+
+KERNELS = [
+    NhwcFusedConv,
+    NhwcMaxPool,
+    NhwcAveragePool,
+    NhwcGlobalAveragePool,
+]
