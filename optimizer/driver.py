@@ -14,7 +14,7 @@ from collections import Counter
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from optimizer.graph_hash import graph_hash
 from optimizer.levels import LEVEL_NAMES, rules_for_level
@@ -22,6 +22,7 @@ from optimizer.match import consumers, describe, is_custom, op_key
 from optimizer.model_io import load_model, save_model
 from optimizer.report import NearMiss, OptimizeReport, OptimizeResult, RuleStats
 from optimizer.rule import FUSED_META_KEY, RULE_META_KEY, Fail, Match, Rule, mark_created
+from optimizer.shape_inference import infer_shapes
 
 log = logging.getLogger("fusionwatch.optimizer")
 
@@ -47,7 +48,7 @@ def optimize(
     nodes_before = graph.num_nodes()
     started = time.perf_counter()
     if rules:
-        ShapeInferencePass(strict_mode=False)(model)
+        infer_shapes(model)
     stats = {rule.name: RuleStats() for rule in rules}
     near_misses: list[NearMiss] = []
     for _ in range(MAX_ROUNDS):

@@ -228,7 +228,12 @@ def _check_results(step: Step, results: Any) -> None:
             f"the node has {len(step.outputs)}"
         )
     for position, (slot, value) in enumerate(zip(step.outputs, results, strict=False)):
-        if value is None and slot != SINK_SLOT:
+        # None is an empty optional, which only an output typed optional(...) may hold. An
+        # untyped output (subgraph intermediates usually are: nothing infers types at
+        # level "disabled") may be one too: an Optional node's, or a Loop's carrying one.
+        output_type = step.node.outputs[position].type
+        optional = output_type is None or isinstance(output_type, ir.OptionalType)
+        if value is None and slot != SINK_SLOT and not optional:
             raise NodeExecutionError(
                 f"kernel {kernel} for node {step.label!r} returned None for output {position} "
                 f"'{step.node.outputs[position].name}'"

@@ -1,4 +1,4 @@
-"""The `fusionwatch` command line: the optimizer's CLI contract and the service's launcher.
+"""The `fusionwatch` command line: the optimizer's CLI contract, the service's launcher and its database.
 
 `fusionwatch optimize MODEL --json` prints exactly one JSON object on stdout; other tools
 (CI scripts, the service's tests) rely on its keys: level, nodes_before, nodes_after,
@@ -19,7 +19,7 @@ from rich.table import Table
 from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
 
 app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
-err = Console(stderr=True)
+err = Console(stderr=True)  # never wrap paths in error messages
 
 
 @app.command("optimize")
@@ -85,10 +85,80 @@ def serve_command(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port")] = 8000,
 ) -> None:
-    """Start the HTTP service."""
+    """Start the HTTP service on the database in FUSIONWATCH_DATABASE_URL (run `fusionwatch db upgrade` first)."""
     import uvicorn
 
-    uvicorn.run("service.app:create_app", factory=True, host=host, port=port, log_level="info")
+    from service import migrate
+    from service.core.config import settings
+    from service.core.logging import configure_logging
+
+    current = _guarded(migrate.current_revision)
+    head = migrate.head_revision()
+    if current != head:
+        err.print(
+            f"[red]error:[/red] database {_shown(settings.database_url)} is at migration {current or 'none'}, "
+            f"this fusionwatch needs {head}; run `fusionwatch db upgrade`",
+        )
+        raise typer.Exit(2)
+    configure_logging(settings.log_level)
+    # Logging is quiet by default, so say where to look; uvicorn's own banner is an INFO line.
+    err.print(f"fusionwatch serving on http://{host}:{port}/api/v1 (log level {settings.log_level})")
+    uvicorn.run(
+        "service.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        log_config=None,
+        log_level=settings.log_level.lower(),
+    )
+
+
+db_app = typer.Typer(help="The service's database: apply or undo schema migrations.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade_command(
+    revision: Annotated[str, typer.Argument(help="migration to reach")] = "head",
+) -> None:
+    """Apply migrations to the database in FUSIONWATCH_DATABASE_URL (default: SQLite under var/)."""
+    from service import migrate
+    from service.core.config import settings
+
+    _guarded(lambda: migrate.upgrade(settings.database_url, revision))
+    err.print(f"database {_shown(settings.database_url)} is at migration {migrate.current_revision()}")
+
+
+@db_app.command("downgrade")
+def db_downgrade_command(
+    revision: Annotated[str, typer.Argument(help='migration to return to: an id, "-1", or "base" (drops every table)')],
+) -> None:
+    """Undo migrations on the database in FUSIONWATCH_DATABASE_URL, down to REVISION."""
+    from service import migrate
+    from service.core.config import settings
+
+    _guarded(lambda: migrate.downgrade(revision, settings.database_url))
+    shown = _shown(settings.database_url)
+    err.print(f"database {shown} is at migration {migrate.current_revision() or 'none'}")
+
+
+def _guarded(database_step):
+    """Run a step against the database; a bad URL, an unreachable server or an unknown revision
+    becomes one error line and exit status 2, like the optimizer's bad inputs."""
+    from alembic.util import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return database_step()
+    except (CommandError, SQLAlchemyError, FileNotFoundError, ValueError) as error:
+        err.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
+
+
+def _shown(database_url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(database_url).render_as_string(hide_password=True)
 
 
 if __name__ == "__main__":

@@ -625,13 +625,21 @@ def _packed_weights(op: ir.tape.Tape, match: Match) -> tuple[ir.Value, ir.Value]
     in_order = np.array_equal(np.concatenate([q_cols, k_cols, v_cols]), np.arange(3 * hidden))
     if single and in_order and q.weight.shape[1] == 3 * hidden and q.initializers is not None:
         return q.initializers  # GPT-2's Conv1D is already packed as Attention wants
-    weight = np.concatenate([q.weight[:, q_cols], k.weight[:, k_cols], v.weight[:, v_cols]], axis=1)
-    bias = np.concatenate([q.bias[q_cols], k.bias[k_cols], v.bias[v_cols]])
+    weight = np.concatenate([_columns(q.weight, q_cols), _columns(k.weight, k_cols), _columns(v.weight, v_cols)], axis=1)
+    bias = np.concatenate([_columns(q.bias, q_cols), _columns(k.bias, k_cols), _columns(v.bias, v_cols)])
     graph = match.graph
     return (
         _unique_initializer(op, graph, np.ascontiguousarray(weight), "attention_qkv_weight"),
         _unique_initializer(op, graph, np.ascontiguousarray(bias), "attention_qkv_bias"),
     )
+
+
+def _columns(array: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """array[..., cols]; a slice when the columns are a contiguous run (fancy indexing a
+    BERT-base weight column by column costs ~10 ms, a slice nothing)."""
+    if len(cols) and np.array_equal(cols, np.arange(cols[0], cols[0] + len(cols))):
+        return array[..., cols[0] : cols[0] + len(cols)]
+    return array[..., cols]
 
 
 def _unique_initializer(op: ir.tape.Tape, graph: ir.Graph, array: np.ndarray, stem: str) -> ir.Value:

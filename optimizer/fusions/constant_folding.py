@@ -25,7 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from optimizer import constant_eval
-from optimizer.match import const_array, is_op, opset
+from optimizer.match import const_array, is_const, is_op, opset
 from optimizer.rule import Rule
 
 # Folding trades run-time work for model-file bytes. A shape-sized result is a clear win;
@@ -84,9 +84,9 @@ class ConstantFolding(Rule):
             return None
         if any(v is not None and v.shape is not None and _too_big(v.shape) for v in node.outputs):
             return None  # shape inference already says the result is activation-sized
-        inputs = [None if v is None else const_array(v) for v in node.inputs]
-        if any(array is None for array, v in zip(inputs, node.inputs, strict=True) if v is not None):
+        if not all(v is None or is_const(v) for v in node.inputs):
             return None
+        inputs = [None if v is None else const_array(v) for v in node.inputs]
         try:
             if node.op_type in ("ConstantOfShape", "Expand", "Tile") and _expands_too_far(node.op_type, inputs):
                 return None  # checked before evaluating so a huge result is never allocated

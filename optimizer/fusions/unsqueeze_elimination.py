@@ -31,7 +31,7 @@ class UnsqueezeElimination(Rule):
             if axes_array is None:
                 return fail("axes", f"axes '{value_name(input_at(unsqueeze, 1))}' are not constant")
             axes = [int(a) for a in axes_array.reshape(-1)]
-        array = data.const_value.numpy()
+        array = const_array(data)
         out_rank = array.ndim + len(axes)
         normalized = sorted(a + out_rank if a < 0 else a for a in axes)
         if len(set(normalized)) != len(normalized) or not all(0 <= a < out_rank for a in normalized):

@@ -21,8 +21,8 @@ from runtime.kernels.base import Kernel, UnsupportedOp
 
 
 def _ints(array) -> list[int]:
-    """A shape/axes/indices input (1-D int64 array, possibly on the device) as Python ints."""
-    return [int(v) for v in array.tolist()]
+    """A shape/axes/indices input (1-D, or 0-d as ONNX's own Loop cases write axes) as Python ints."""
+    return [int(v) for v in array.reshape(-1).tolist()]
 
 
 def _output_wanted(node: ir.Node, index: int) -> bool:

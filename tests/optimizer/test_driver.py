@@ -111,3 +111,15 @@ def test_ir_model_is_optimized_in_place():
     result = optimize(model, level="extended")
     assert result.model is model
     assert isinstance(model, ir.Model)
+
+
+def test_graph_with_a_type_attribute_optimizes():
+    """Optional's `type` attribute is unhashable; the basic level must still run."""
+    optional = helper.make_node(
+        "Optional", [], ["opt"], type=helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
+    )
+    has = helper.make_node("OptionalHasElement", ["opt"], ["has"])
+    graph = helper.make_graph([optional, has], "g", [], [helper.make_tensor_value_info("has", TensorProto.BOOL, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    report = optimize(model, level="basic").report
+    assert report.ops_after == {"Optional": 1, "OptionalHasElement": 1}
