@@ -625,12 +625,22 @@ def _packed_weights(op: ir.tape.Tape, match: Match) -> tuple[ir.Value, ir.Value]
     in_order = np.array_equal(np.concatenate([q_cols, k_cols, v_cols]), np.arange(3 * hidden))
     if single and in_order and q.weight.shape[1] == 3 * hidden and q.initializers is not None:
         return q.initializers  # GPT-2's Conv1D is already packed as Attention wants
-    weight = np.concatenate([_columns(q.weight, q_cols), _columns(k.weight, k_cols), _columns(v.weight, v_cols)], axis=1)
-    bias = np.concatenate([_columns(q.bias, q_cols), _columns(k.bias, k_cols), _columns(v.bias, v_cols)])
-    graph = match.graph
+    parts = [(q.weight, q.bias, q_cols), (k.weight, k.bias, k_cols), (v.weight, v.bias, v_cols)]
+
+    # Packing copies every projection weight (85 MB on BERT-base); it is deferred to when the
+    # weights are read or saved, so the graph rewrite itself stays cheap.
+    def packed_weight() -> ir.Tensor:
+        return ir.tensor(np.concatenate([_columns(w, cols) for w, _, cols in parts], axis=1))
+
+    def packed_bias() -> ir.Tensor:
+        return ir.tensor(np.concatenate([_columns(b, cols) for _, b, cols in parts]))
+
+    dtype = ir.DataType.from_numpy(q.weight.dtype)
+    weight = ir.LazyTensor(packed_weight, dtype=dtype, shape=ir.Shape((q.weight.shape[0], 3 * hidden)), cache=True)
+    bias = ir.LazyTensor(packed_bias, dtype=dtype, shape=ir.Shape((3 * hidden,)), cache=True)
     return (
-        _unique_initializer(op, graph, np.ascontiguousarray(weight), "attention_qkv_weight"),
-        _unique_initializer(op, graph, np.ascontiguousarray(bias), "attention_qkv_bias"),
+        _unique_initializer(op, match.graph, weight, "attention_qkv_weight"),
+        _unique_initializer(op, match.graph, bias, "attention_qkv_bias"),
     )
 
 
@@ -642,13 +652,15 @@ def _columns(array: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return array[..., cols]
 
 
-def _unique_initializer(op: ir.tape.Tape, graph: ir.Graph, array: np.ndarray, stem: str) -> ir.Value:
+def _unique_initializer(op: ir.tape.Tape, graph: ir.Graph, data: np.ndarray | ir.TensorProtocol, stem: str) -> ir.Value:
     taken = set(graph.initializers) | {v.name for v in op.initializers}
     index = 0
     while f"{stem}_{index}" in taken:
         index += 1
     name = f"{stem}_{index}"
-    return op.initializer(ir.tensor(array, name=name), name=name)
+    tensor = ir.tensor(data) if isinstance(data, np.ndarray) else data
+    tensor.name = name
+    return op.initializer(tensor, name=name)
 
 
 __all__ = ["AttentionFusion"]
