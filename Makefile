@@ -37,7 +37,9 @@ install-gpu: $(STAMP)
 	$(BIN)/pip uninstall -q -y onnxruntime
 	$(BIN)/pip install -q -e '.[gpu]'
 
+# The database is FUSIONWATCH_DATABASE_URL (default: SQLite at var/fusionwatch.db); migrations first.
 run: $(STAMP)
+	$(BIN)/fusionwatch db upgrade
 	$(BIN)/fusionwatch serve --host $(HOST) --port $(PORT)
 
 test: $(DEVSTAMP)

@@ -19,7 +19,8 @@ from rich.table import Table
 from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
 
 app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
-err = Console(stderr=True)  # never wrap paths in error messages
+# soft_wrap: an error naming a long path stays on one line, whole, so it can be grepped and copied.
+err = Console(stderr=True, soft_wrap=True)
 
 
 @app.command("optimize")

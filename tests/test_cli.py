@@ -1,4 +1,4 @@
-"""The `fusionwatch optimize` contract other tools rely on."""
+"""The `fusionwatch` commands: the `optimize` contract other tools rely on, and `db` migrations."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import json
 
 from typer.testing import CliRunner
 
+from service import migrate
 from service.cli import app
+from service.core.config import settings
 from tests.optimizer.test_driver import _mlp
+from tests.service.db_fixtures import database_url  # noqa: F401  (fixture: an empty database per test)
 
 runner = CliRunner()
 
@@ -58,3 +61,28 @@ def test_bad_inputs_exit_2_with_the_problem_named(tmp_path):
     assert bad.exit_code == 2 and "garbage.onnx" in bad.output
     level = runner.invoke(app, ["optimize", str(_save(tmp_path, _mlp())), "--level", "max"])
     assert level.exit_code == 2 and "unknown optimization level" in level.output
+
+
+def test_db_upgrade_and_downgrade_move_the_configured_database(database_url, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(settings, "database_url", database_url)
+    upgraded = runner.invoke(app, ["db", "upgrade"])
+    assert upgraded.exit_code == 0, upgraded.output
+    head = migrate.head_revision()
+    assert migrate.current_revision(database_url) == head
+    assert f"is at migration {head}" in upgraded.output
+
+    downgraded = runner.invoke(app, ["db", "downgrade", "base"])
+    assert downgraded.exit_code == 0, downgraded.output
+    assert migrate.current_revision(database_url) is None
+    assert "is at migration none" in downgraded.output
+
+
+def test_db_commands_exit_2_with_the_problem_named(database_url, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(settings, "database_url", database_url)
+    unknown = runner.invoke(app, ["db", "upgrade", "nosuchrevision"])
+    assert unknown.exit_code == 2 and "nosuchrevision" in unknown.output
+    assert migrate.current_revision(database_url) is None
+
+    monkeypatch.setattr(settings, "database_url", "postgresql+psycopg2://u@127.0.0.1:1/x")
+    wrong_driver = runner.invoke(app, ["db", "upgrade"])
+    assert wrong_driver.exit_code == 2 and "postgresql+psycopg://" in wrong_driver.output

@@ -1,0 +1,1 @@
+"""Process-wide setup: settings and logging."""

@@ -1,0 +1,53 @@
+"""Engines and sessions for the service's database: SQLite (default) or PostgreSQL via psycopg 3.
+
+URLs look like `sqlite:////abs/path/fusionwatch.db` or `postgresql+psycopg://user@host:5432/name`.
+The schema itself belongs to `migrations/`; nothing here creates tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(database_url: str) -> Engine:
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(database_url)
+    if url.get_backend_name() == "postgresql" and url.get_driver_name() != "psycopg":
+        raise ValueError(f"database URL {url!r}: use the psycopg 3 driver, postgresql+psycopg://...")
+    # pre_ping: a long-lived service outlives PostgreSQL restarts; a stale pooled connection is retried.
+    return create_engine(database_url, pool_pre_ping=True)
+
+
+def _sqlite_engine(database_url: str) -> Engine:
+    database = make_url(database_url).database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(database_url)
+
+    # pysqlite opens transactions only before INSERT/UPDATE/DELETE, so DDL and reads run outside
+    # them and a failed migration or upload could leave half its work behind. Turning its own
+    # handling off and emitting BEGIN ourselves makes every SQLAlchemy transaction a real one
+    # (SQLAlchemy's documented recipe for pysqlite).
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        # SQLite ignores REFERENCES unless asked, per connection, outside a transaction.
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    # Objects stay readable after commit so a handler can build its response from what it stored.
+    return sessionmaker(bind=engine, expire_on_commit=False)
