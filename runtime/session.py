@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,10 @@ class MemoryStats:
 class _InputSpec:
     name: str
     slot: int
-    dtype: np.dtype | None  # None: the model does not say
+    dtype: np.dtype | None  # of the (innermost) tensor; None: the model does not say
     type: str
-    shape: list[int | str | None] | None
+    shape: list[int | str | None] | None  # onnx-ir keeps the innermost tensor's shape here
+    ir_type: ir.TypeProtocol | None = None  # sequence and optional feeds are checked by structure
 
 
 def type_string(type_: ir.TypeProtocol | None) -> str:
@@ -139,6 +140,7 @@ class InferenceSession:
                 else None,
                 type_string(value.type),
                 _dims(value.shape),
+                value.type,
             )
             for value in model.graph.inputs
             if value.name not in model.graph.initializers
@@ -257,17 +259,28 @@ class InferenceSession:
                     f"missing input(s) {missing}; the model's inputs are {[s.name for s in self._inputs]}, "
                     f"the feed has {list(feeds)}"
                 )
-            array = _check_feed(spec, feeds[spec.name])
-            values[spec.slot] = self.backend.from_host(array) if isinstance(array, np.ndarray) else array
-            shapes.append(array.shape)
+            value = _check_feed(spec, feeds[spec.name])
+            values[spec.slot] = self._from_host(value)
+            shapes.append(_shape_key(value))
         for name, slot in self._overridable.items():
             if name in feeds:
                 values[slot] = self.backend.from_host(np.asarray(feeds[name]))
                 shapes.append((name, values[slot].shape))
         return tuple(shapes)
 
-    def _to_host(self, value: Any, copy: bool) -> np.ndarray:
-        """A numpy array the caller owns: outputs that are weights or feeds come back as copies."""
+    def _from_host(self, value: Any) -> Any:
+        """A checked feed on the backend: arrays moved, sequences item by item, None kept."""
+        if isinstance(value, list):
+            return [self._from_host(item) for item in value]
+        return self.backend.from_host(value) if isinstance(value, np.ndarray) else value
+
+    def _to_host(self, value: Any, copy: bool) -> Any:
+        """A numpy array the caller owns: outputs that are weights or feeds come back as copies.
+        A sequence output comes back as a list of arrays; an empty optional as None."""
+        if value is None:
+            return None
+        if isinstance(value, list | tuple):
+            return [self._to_host(item, copy) for item in value]
         if isinstance(value, np.generic):  # a kernel returned a numpy scalar
             return np.asarray(value)
         array = self.backend.to_host(value)
@@ -275,6 +288,21 @@ class InferenceSession:
 
 
 def _check_feed(spec: _InputSpec, value: Any) -> Any:
+    """The feed as the run takes it, or InvalidFeedError. Sequence feeds are lists checked item
+    by item; an optional feed may be None (empty) or a value of its element type."""
+    if isinstance(spec.ir_type, ir.OptionalType):
+        if value is None:
+            return None
+        return _check_feed(replace(spec, ir_type=spec.ir_type.elem_type), value)
+    if isinstance(spec.ir_type, ir.SequenceType):
+        if not isinstance(value, list | tuple):
+            raise InvalidFeedError(
+                f"input '{spec.name}': expected {spec.type} as a list of arrays, got {type(value).__name__}"
+            )
+        item_spec = replace(spec, ir_type=spec.ir_type.elem_type)
+        return [_check_feed(item_spec, item) for item in value]
+    if value is None:
+        raise InvalidFeedError(f"input '{spec.name}': expected {spec.type}, got None")
     array = value if hasattr(value, "dtype") and hasattr(value, "shape") else np.asarray(value)
     if spec.dtype is not None and array.dtype != spec.dtype:
         got = (
@@ -296,6 +324,15 @@ def _check_feed(spec: _InputSpec, value: Any) -> Any:
                     f"(shape {spec.shape}, got {list(array.shape)})"
                 )
     return array
+
+
+def _shape_key(value: Any) -> Any:
+    """What identifies a feed's shape for peak-memory measurement (sequences by their items)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return tuple(_shape_key(item) for item in value)
+    return value.shape
 
 
 def _is_onnx_dtype(dtype: np.dtype) -> bool:

@@ -17,7 +17,8 @@ class MatMul(Kernel):
     since_version = 1
 
     def run(self, a, b):
-        return (self.xp.asarray(self.xp.matmul(a, b)),)  # 1-D @ 1-D gives a scalar
+        # asarray: 1-D @ 1-D gives a scalar; astype: numpy has no bfloat16 matmul and answers in float32.
+        return (self.xp.asarray(self.xp.matmul(a, b)).astype(a.dtype, copy=False),)
 
 
 class Gemm(Kernel):

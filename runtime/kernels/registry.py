@@ -8,24 +8,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from runtime.kernels.base import Kernel
-
 # Each family module ends with `KERNELS = [...]`; uncomment a line when its module lands.
-from runtime.kernels import elementwise
-from runtime.kernels import activation
-from runtime.kernels import reduction
-from runtime.kernels import tensor
-from runtime.kernels import indexing
-from runtime.kernels import linalg
-from runtime.kernels import conv
-from runtime.kernels import conv_nhwc
-from runtime.kernels import pool
-from runtime.kernels import normalization
-from runtime.kernels import control_flow
-from runtime.kernels import contrib_activation
-from runtime.kernels import contrib_normalization
-from runtime.kernels import contrib_attention
-from runtime.kernels import contrib_linear
+from runtime.kernels import (
+    activation,
+    contrib_activation,
+    contrib_attention,
+    contrib_linear,
+    contrib_normalization,
+    control_flow,
+    conv,
+    conv_nhwc,
+    elementwise,
+    indexing,
+    linalg,
+    normalization,
+    pool,
+    reduction,
+    tensor,
+)
+from runtime.kernels.base import Kernel
 
 FAMILIES: list = [
     elementwise,

@@ -494,8 +494,9 @@ class Identity(Kernel):
 class Dropout(Kernel):
     """Inference Dropout: the identity, plus an all-keep mask when one is asked for.
 
-    Training mode with a non-zero ratio is random by definition; an executor that exists to be
-    compared against a reference cannot reproduce it, so it is refused when it is requested.
+    Training mode (opset 12+, `training_mode` input true) drops with numpy's RandomState: seeded
+    by the `seed` attribute it gives the same mask on every run (as ONNX's reference cases
+    expect); unseeded, a fresh one each run. Opset < 7 training mode (is_test=0) is refused.
     """
 
     op_type = "Dropout"
@@ -506,14 +507,17 @@ class Dropout(Kernel):
         self.want_mask = _output_wanted(node, 1)
         # Before opset 10 the mask had the data's type; from 10 it is bool.
         self.mask_is_bool = opset >= 10
+        self.seed = self.attr("seed")
         if opset < 7 and self.attr("is_test", 0) == 0 and self.attr("ratio", 0.5) != 0:
             raise UnsupportedOp(f"Dropout '{node.name}': training mode (is_test=0) is random")
 
     def run(self, data, ratio=None, training_mode=None):
-        if training_mode is not None and bool(training_mode) and (ratio is None or float(ratio) != 0.0):
-            raise UnsupportedOp(
-                f"Dropout '{self.node.name}': training_mode=True with a non-zero ratio is random"
-            )
+        drop = 0.5 if ratio is None else float(ratio)
+        if training_mode is not None and bool(training_mode) and drop != 0.0:
+            keep = np.random.RandomState(self.seed).uniform(0.0, 1.0, data.shape) >= drop
+            keep = self.backend.from_host(keep)
+            output = (data * keep / data.dtype.type(1.0 - drop)).astype(data.dtype, copy=False)
+            return (output, keep if self.mask_is_bool else keep.astype(data.dtype)) if self.want_mask else (output,)
         if not self.want_mask:
             return (data,)
         mask = self.xp.ones(data.shape, dtype=bool if self.mask_is_bool else data.dtype)

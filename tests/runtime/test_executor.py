@@ -334,3 +334,86 @@ def test_kernel_bug_in_init_names_the_node():
 def test_onnx_model_stays_valid_for_oracle():
     onnx.checker.check_model(mlp_model())
     onnx.checker.check_model(if_model())
+
+
+# --- sequence and optional values (ONNX conformance cases feed and fetch them) ------------
+
+from runtime import InvalidFeedError  # noqa: E402  (this section was appended)
+
+
+class PassThrough(Kernel):
+    op_type = "Identity"
+    since_version = 1
+
+    def run(self, x):
+        return (x,)
+
+
+class HasElement(Kernel):
+    op_type = "OptionalHasElement"
+    since_version = 15
+
+    def run(self, x=None):
+        return (np.array(x is not None),)
+
+
+def sequence_identity_model():
+    seq = helper.make_value_info(
+        "s", helper.make_sequence_type_proto(helper.make_tensor_type_proto(FLOAT, [None, 2]))
+    )
+    out = helper.make_value_info(
+        "t", helper.make_sequence_type_proto(helper.make_tensor_type_proto(FLOAT, None))
+    )
+    return make_model([helper.make_node("Identity", ["s"], ["t"])], [seq], [out], opset=16)
+
+
+def test_sequence_feed_runs_as_a_list_and_comes_back_as_host_arrays():
+    ours = InferenceSession(sequence_identity_model(), NO_OPT, extra_kernels=[PassThrough])
+    items = [np.ones((1, 2), np.float32), np.zeros((3, 2), np.float32)]  # ragged: not stackable
+    [result] = ours.run(None, {"s": items})
+    assert isinstance(result, list) and len(result) == 2
+    for got, want in zip(result, items, strict=True):
+        assert isinstance(got, np.ndarray) and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_sequence_feed_is_checked_item_by_item():
+    ours = InferenceSession(sequence_identity_model(), NO_OPT, extra_kernels=[PassThrough])
+    with pytest.raises(InvalidFeedError, match=r"input 's': expected seq\(tensor\(float\)\) as a list"):
+        ours.run(None, {"s": np.ones((2, 2), np.float32)})
+    with pytest.raises(
+        InvalidFeedError, match=r"input 's': expected seq\(tensor\(float\)\), got tensor\(int64\)"
+    ):
+        ours.run(None, {"s": [np.ones((1, 2), np.int64)]})
+    with pytest.raises(InvalidFeedError, match=r"input 's': dimension 1 is 3, expected 2"):
+        ours.run(None, {"s": [np.ones((1, 3), np.float32)]})
+
+
+def optional_model(op_type, output):
+    optional_input = helper.make_value_info(
+        "o", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.INT32, [3]))
+    )
+    return make_model([helper.make_node(op_type, ["o"], ["y"])], [optional_input], [output], opset=18)
+
+
+def test_optional_feed_may_be_empty_or_an_array_of_its_element_type():
+    model = optional_model("OptionalHasElement", tensor("y", [], TensorProto.BOOL))
+    ours = InferenceSession(model, NO_OPT, extra_kernels=[HasElement])
+    assert ours.run(None, {"o": None})[0].item() is False
+    assert ours.run(None, {"o": np.arange(3, dtype=np.int32)})[0].item() is True
+    with pytest.raises(
+        InvalidFeedError, match=r"input 'o': expected optional\(tensor\(int32\)\), got tensor\(float\)"
+    ):
+        ours.run(None, {"o": np.zeros(3, np.float32)})
+
+
+def test_empty_optional_passes_the_output_contract_only_where_the_output_is_optional():
+    optional_out = helper.make_value_info(
+        "y", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.INT32, [3]))
+    )
+    ours = InferenceSession(optional_model("Identity", optional_out), NO_OPT, extra_kernels=[PassThrough])
+    assert ours.run(None, {"o": None}) == [None]  # first (measured) run checks the contract
+    assert ours.run(None, {"o": None}) == [None]
+    tensor_out = optional_model("Identity", tensor("y", [3], TensorProto.INT32))
+    with pytest.raises(NodeExecutionError, match="returned None for output 0 'y'"):
+        InferenceSession(tensor_out, NO_OPT, extra_kernels=[PassThrough]).run(None, {"o": None})
