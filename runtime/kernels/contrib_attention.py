@@ -9,7 +9,8 @@ these run:
     written straight into `present` when it is asked for;
   - the scale folded into Q (B*S*D multiplies instead of B*N*S*T on the scores);
   - the padding and causal masks merged into one small additive (B, 1, S|1, T) tensor, added in
-    place to the scores, and softmax done in place on the scores;
+    place to the scores, and softmax done in place on the scores; on numpy float32 the mask add
+    and the softmax are one compiled pass per score row (runtime/kernels/compiled.py);
   - every batched product through np.matmul, one BLAS call per head.
 
 Masks (mask_index / key_padding_mask), as ORT reads them: 1-D (B) key lengths, 1-D (2B) end then
@@ -27,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
+from runtime.kernels import compiled
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 MS = "com.microsoft"
@@ -74,6 +76,24 @@ def _softmax_in_place(xp, scores):
     xp.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     return scores
+
+
+def _compiled_mask(xp, scores, additive_mask):
+    """The (Bm, Sm, T) mask the compiled softmax takes, or None when that loop can't run here."""
+    batch, _, seq, total = scores.shape
+    if additive_mask is None:
+        mask = np.zeros((1, 1, total), np.float32)
+    elif (
+        additive_mask.ndim == 4
+        and additive_mask.shape[0] in (1, batch)
+        and additive_mask.shape[1] == 1
+        and additive_mask.shape[2] in (1, seq)
+        and additive_mask.shape[3] == total
+    ):
+        mask = additive_mask[:, 0]
+    else:
+        return None
+    return mask if compiled.accepts(xp, scores, mask) else None
 
 
 class _AttentionCore(Kernel):
@@ -169,6 +189,12 @@ class _AttentionCore(Kernel):
         """
         xp = self.xp
         scores = xp.matmul(q, k.transpose(0, 1, 3, 2))  # fresh (B, N, S, T)
+        compiled_mask = None if keep_scores else _compiled_mask(xp, scores, additive_mask)
+        if compiled_mask is not None:
+            if attention_bias is not None:
+                scores += attention_bias
+            compiled.masked_softmax_rows(scores, compiled_mask)  # adds the mask on the way
+            return _merge_heads(xp.matmul(scores, v)), None
         if additive_mask is not None:
             scores += additive_mask
         if attention_bias is not None:

@@ -6,7 +6,9 @@ Each forms its sum once, into one fresh buffer, and normalizes that buffer in pl
 replaces (Add, Add, ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) allocates a
 full-size tensor at nearly every step. Row statistics are batched vector dots through matmul
 (`rows @ rows`), which reads the row once and writes one number, where `(x * x).mean(-1)` would
-write a full-size square first.
+write a full-size square first. On numpy float32 with contiguous inputs, SkipLayerNormalization
+and SkipSimplifiedLayerNormalization go further: one compiled loop (runtime/kernels/compiled.py)
+does sum, statistics and scaling row by row while the row is in L1.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
+from runtime.kernels import compiled
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 MS = "com.microsoft"
@@ -77,6 +80,8 @@ class _SkipNormalization(Kernel):
                 f"{self.op_type} '{self.node.name}': input must be 3-D (batch, seq, hidden), "
                 f"got shape {x.shape}"
             )
+        if self._compiled_fits(x, skip, gamma, beta, bias):
+            return self._normalize_compiled(x, skip, gamma, beta, bias)
         total = xp.add(x, skip)  # skip may be (B, S, H), (1, S, H) or (S, H): numpy broadcasting
         if total.shape != x.shape:
             raise ValueError(
@@ -98,6 +103,41 @@ class _SkipNormalization(Kernel):
         if self.want_mean or self.want_inv_std or self.want_sum:
             outputs += [mean.astype(np.float32, copy=False), inv_std.astype(np.float32, copy=False), summed]
         return tuple(outputs)
+
+
+    def _compiled_fits(self, x, skip, gamma, beta, bias):
+        """float32 numpy, contiguous, skip (B, S, H), (1, S, H) or (S, H), 1-D gamma/beta/bias."""
+        params = [p for p in (gamma, beta, bias) if p is not None]
+        if not compiled.accepts(self.xp, x, skip, *params):
+            return False
+        width = x.shape[-1]
+        return skip.shape in (x.shape, (1, *x.shape[1:]), x.shape[1:]) and all(
+            p.shape == (width,) for p in params
+        )
+
+    def _normalize_compiled(self, x, skip, gamma, beta, bias):
+        batch, seq, width = x.shape
+        zeros = np.zeros(width, np.float32)  # an absent beta or bias adds nothing
+        out = np.empty_like(x)
+        summed = np.empty_like(x) if self.want_sum else out  # the loop normalizes its sum in place
+        mean = np.empty((batch, seq, 1), np.float32)
+        inv_std = np.empty((batch, seq, 1), np.float32)
+        compiled.skip_layer_norm_rows(
+            x.reshape(-1, width),
+            skip.reshape(-1, width),
+            zeros if bias is None else bias,
+            gamma,
+            zeros if beta is None else beta,
+            np.float32(self.epsilon),
+            self.centered,
+            out.reshape(-1, width),
+            summed.reshape(-1, width),
+            mean.reshape(-1),
+            inv_std.reshape(-1),
+        )
+        if self.want_mean or self.want_inv_std or self.want_sum:
+            return out, mean, inv_std, summed if self.want_sum else None
+        return (out,)
 
 
 class SkipLayerNormalization(_SkipNormalization):

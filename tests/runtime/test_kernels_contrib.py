@@ -15,7 +15,6 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from runtime.kernels.erf import erf_scaled
 from runtime.kernels.registry import find_kernel
 
 MS = "com.microsoft"
@@ -79,17 +78,6 @@ def check(op_type, inputs, outputs=(("Y", TensorProto.FLOAT),), domain=MS, rtol=
 
 def rand(*shape, scale=1.0, seed=0):
     return (np.random.default_rng(seed + sum(shape)).standard_normal(shape) * scale).astype(np.float32)
-
-
-# ---------------------------------------------------------------- erf
-
-
-@pytest.mark.parametrize("scale", [1.0, 1 / math.sqrt(2), -2.0])
-def test_erf_scaled_matches_math_erf(scale):
-    x = np.concatenate([np.linspace(-6, 6, 40001, dtype=np.float32), np.float32([np.inf, -np.inf])])
-    reference = np.array([math.erf(scale * float(v)) for v in x])
-    got = erf_scaled(np, x, scale, np.empty_like(x), np.empty_like(x))
-    assert np.abs(got - reference).max() < 7e-7
 
 
 # ---------------------------------------------------------------- activations

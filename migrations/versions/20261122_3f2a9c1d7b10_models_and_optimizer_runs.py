@@ -2,7 +2,7 @@
 
 Revision ID: 3f2a9c1d7b10
 Revises:
-Create Date: 2025-11-22
+Create Date: 2026-11-22
 
 The level names are written out, not imported: a migration is a snapshot of the schema on the
 day it was written, and must not change when the optimizer's list does (that needs a new one).
