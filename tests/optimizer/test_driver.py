@@ -123,3 +123,27 @@ def test_graph_with_a_type_attribute_optimizes():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     report = optimize(model, level="basic").report
     assert report.ops_after == {"Optional": 1, "OptionalHasElement": 1}
+
+
+def test_custom_op_inside_a_pattern_is_reported_as_a_fusion_barrier():
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"], name="/mlp/Add"),
+        helper.make_node("Scale", ["a"], ["s"], name="/mlp/Scale", domain="my.ops"),
+        helper.make_node("Gelu", ["s"], ["y"], name="/mlp/Gelu", domain="com.microsoft"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])],
+        [numpy_helper.from_array(np.ones(16, np.float32), "b")],
+    )
+    imports = [helper.make_opsetid("", 14), helper.make_opsetid("com.microsoft", 1), helper.make_opsetid("my.ops", 1)]
+    result = optimize(helper.make_model(graph, opset_imports=imports), level="all")
+    assert result.report.ops_after == {"Add": 1, "com.microsoft.Gelu": 1, "my.ops.Scale": 1}  # passed through untouched
+    [miss] = result.report.explain("BiasGeluFusion")
+    assert miss.barrier == "my.ops.Scale"
+    assert miss.reason == (
+        "input of com.microsoft.Gelu '/mlp/Gelu' comes from my.ops.Scale '/mlp/Scale' "
+        "(custom op, a fusion barrier), not Add"
+    )
