@@ -53,7 +53,12 @@ def optimize(
     near_misses: list[NearMiss] = []
     for _ in range(MAX_ROUNDS):
         near_misses = []
-        fired = sum(_apply(rule, graph, stats[rule.name], near_misses) for rule in rules)
+        fired = 0
+        for rule in rules:
+            count = _apply(rule, graph, stats[rule.name], near_misses)
+            if count and rule.refines_shapes:
+                infer_shapes(model, refine=True)
+            fired += count
         if not fired:
             break
     else:

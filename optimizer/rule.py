@@ -67,11 +67,15 @@ class Rule:
     whole-graph pass: its `run_on_graph` is called once per round instead.
     `emits` are the op keys of the fused nodes this rule creates; the report counts those
     (helpers a rewrite adds, such as a Cast of the mask, are not fusions).
+    `refines_shapes`: see its comment.
     """
 
     name: ClassVar[str] = ""
     anchors: ClassVar[tuple[str, ...]] = ()
     emits: ClassVar[tuple[str, ...]] = ()
+    # Rules after which the driver re-runs shape inference: ones that turn shape arithmetic
+    # into constants, so dimensions inference could only name become numbers.
+    refines_shapes: ClassVar[bool] = False
 
     def match(self, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
         raise NotImplementedError

@@ -47,6 +47,22 @@ EXPECTED: dict[str, tuple[int, dict[str, int]]] = {
         "MatMul": 16, "Softmax": 2, "LayerNormalization": 5, "Gelu": 2, "IsNaN": 2,
         "Gemm": 1, "Tanh": 1, "Erf": 0, "ReduceMean": 0, "Attention": 0,
     }),
+    # Exported at batch 1, sequence 16 with no dynamic axes: every shape is a number, so the
+    # shape arithmetic folds away (no Shape ops; dynamo leaves none, TorchScript two).
+    "bert_static_torchscript_opset14.onnx": (14, {
+        "MatMul": 16, "Softmax": 2, "Erf": 2, "ReduceMean": 10, "Pow": 5, "Sqrt": 5,
+        "IsNaN": 2, "Gemm": 1, "Tanh": 1, "Shape": 2, "LayerNormalization": 0, "Gelu": 0,
+    }),
+    "bert_static_dynamo_opset20.onnx": (20, {
+        "MatMul": 16, "Softmax": 2, "LayerNormalization": 5, "Gelu": 2, "IsNaN": 2,
+        "Gemm": 1, "Tanh": 1, "Shape": 0, "Erf": 0, "ReduceMean": 0, "Attention": 0,
+    }),
+    # bert_dynamo_opset20 with its inputs pinned to [1, 16] afterwards: the dynamic export's
+    # Shape/Slice/Range arithmetic is still there, and no intermediate shapes are stored.
+    "bert_pinned_dynamo_opset20.onnx": (20, {
+        "MatMul": 16, "Softmax": 2, "LayerNormalization": 5, "Gelu": 2, "IsNaN": 2,
+        "Gemm": 1, "Tanh": 1, "Shape": 5, "Erf": 0, "ReduceMean": 0, "Attention": 0,
+    }),
     # GPT-2 Conv1D = addmm -> Gemm (c_attn, attn c_proj, c_fc, mlp c_proj per layer);
     # fused QKV is Split; gelu_new = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715 x^3))) -> Pow + Tanh.
     "gpt2_torchscript_opset14.onnx": (14, {
@@ -66,6 +82,9 @@ EXPECTED: dict[str, tuple[int, dict[str, int]]] = {
 }
 
 FIXTURES = sorted(EXPECTED)
+# Batch 1, sequence 16 only: every input and output dimension is a number.
+STATIC_FIXTURES = {"bert_static_torchscript_opset14.onnx", "bert_static_dynamo_opset20.onnx",
+                   "bert_pinned_dynamo_opset20.onnx"}
 
 
 def _load(name: str) -> onnx.ModelProto:
@@ -134,10 +153,18 @@ def test_layernorm_epsilons():
     assert eps("gpt2_dynamo_opset20.onnx") == {np.float32(1e-5).item()}
 
 
-@pytest.mark.parametrize("name", FIXTURES)
-@pytest.mark.parametrize("batch,seq", [(1, 16), (2, 8)])
+# (2, 8) proves the batch/sequence axes really are dynamic in every dynamic exporter's output;
+# the static files take (1, 16) only (test_static_fixture_has_no_symbolic_dims).
+RUN_SIZES = [
+    (name, batch, seq)
+    for name in FIXTURES
+    for batch, seq in [(1, 16), (2, 8)]
+    if name not in STATIC_FIXTURES or (batch, seq) == (1, 16)
+]
+
+
+@pytest.mark.parametrize("name,batch,seq", RUN_SIZES)
 def test_fixture_runs_in_onnxruntime(name, batch, seq):
-    # (2, 8) proves the batch/sequence axes really are dynamic in every exporter's output.
     model = _load(name)
     outs = run_onnxruntime(model, _feeds(model, batch, seq))
     for output, out in outs.items():
@@ -148,6 +175,17 @@ def test_fixture_runs_in_onnxruntime(name, batch, seq):
         assert outs["last_hidden_state"].shape == (batch, seq, HIDDEN)
     else:
         assert outs["last_hidden_state"].shape == (batch, 32, 4, 4)
+
+
+@pytest.mark.parametrize("name", sorted(STATIC_FIXTURES))
+def test_static_fixture_has_no_symbolic_dims(name):
+    model = _load(name)
+    for value in [*model.graph.input, *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        assert all(d.HasField("dim_value") for d in dims), f"{name}: {value.name} has a symbolic dimension"
+        assert [d.dim_value for d in dims][:2] == [1, 16 if value.name != "pooler_output" else HIDDEN]
+    if name.startswith("bert_pinned"):
+        assert not model.graph.value_info  # inference must rediscover every intermediate shape
 
 
 def test_inventory_is_current():

@@ -316,6 +316,27 @@ def export_resnet(path, depth: int = 50, image: int = 224, *, depths=None, hidde
     return path
 
 
+def pin_input_shapes(source, path, sizes: dict[str, int]) -> Path:
+    """Copy of `source` with its symbolic input/output dims fixed (`sizes`: dim name -> size).
+
+    What a user gets from onnxruntime's make_dynamic_shape_fixed, or from any tool that pins
+    a dynamic export to batch 1: every graph input and output static, but intermediate shapes
+    left for inference to rediscover (the exporter's value_info, written for symbolic dims,
+    is dropped, since it would now contradict the inputs).
+    """
+    model = onnx.load(str(source))
+    for value in [*model.graph.input, *model.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in sizes:
+                size = sizes[dim.dim_param]
+                dim.Clear()
+                dim.dim_value = size
+    del model.graph.value_info[:]
+    path = Path(path)
+    onnx.save(model, str(path), save_as_external_data=False)
+    return path
+
+
 TINY = dict(layers=2, hidden=64, heads=4, intermediate=256, seq=16, vocab=1000, positions=64)
 
 
@@ -324,16 +345,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=MODELS_DIR)
     a = ap.parse_args(argv)
     out: Path = a.out
+    # (file, model, exporter, opset, attention, dynamic batch/seq). The static files are
+    # exported at batch 1, sequence 16: there every shape is known, so MatMulAddFusion can
+    # turn rank-3 projections into Gemm (the ONNX Runtime 1.31 regression shows only there).
     jobs = [
-        ("bert_torchscript_opset14.onnx", "bert", "torchscript", 14, "sdpa"),
-        ("bert_dynamo_opset20.onnx", "bert", "dynamo", 20, "sdpa"),
-        ("gpt2_torchscript_opset14.onnx", "gpt2", "torchscript", 14, "sdpa"),
-        ("gpt2_dynamo_opset20.onnx", "gpt2", "dynamo", 20, "sdpa"),
-        ("bert_eager_torchscript_opset14.onnx", "bert", "torchscript", 14, "eager"),
+        ("bert_torchscript_opset14.onnx", "bert", "torchscript", 14, "sdpa", True),
+        ("bert_dynamo_opset20.onnx", "bert", "dynamo", 20, "sdpa", True),
+        ("gpt2_torchscript_opset14.onnx", "gpt2", "torchscript", 14, "sdpa", True),
+        ("gpt2_dynamo_opset20.onnx", "gpt2", "dynamo", 20, "sdpa", True),
+        ("bert_eager_torchscript_opset14.onnx", "bert", "torchscript", 14, "eager", True),
+        ("bert_static_torchscript_opset14.onnx", "bert", "torchscript", 14, "sdpa", False),
+        ("bert_static_dynamo_opset20.onnx", "bert", "dynamo", 20, "sdpa", False),
     ]
-    for name, kind, exporter, opset, attn in jobs:
-        export_hf(kind, exporter, out / name, attn_implementation=attn, opset=opset, **TINY)
+    for name, kind, exporter, opset, attn, dynamic in jobs:
+        export_hf(kind, exporter, out / name, attn_implementation=attn, opset=opset, dynamic=dynamic, **TINY)
         print(f"wrote {out / name} ({os.path.getsize(out / name)} bytes)")
+    # The dynamic dynamo export pinned to batch 1 afterwards: unlike a static export, its shape
+    # arithmetic stays in the graph, so shape inference alone names the batch `unk__N`.
+    pinned = pin_input_shapes(out / "bert_dynamo_opset20.onnx", out / "bert_pinned_dynamo_opset20.onnx",
+                              {"batch": 1, "seq": TINY["seq"]})
+    print(f"wrote {pinned} ({os.path.getsize(pinned)} bytes)")
     tiny_resnet = out / "resnet_tiny_opset17.onnx"
     export_resnet(tiny_resnet, depth=50, image=32, depths=[1, 1], hidden_sizes=[16, 32],
                   embedding_size=8)

@@ -50,6 +50,7 @@ class ConstantFoldingError(RuntimeError):
 class ConstantFolding(Rule):
     name = "ConstantFolding"
     anchors = ()  # a whole-graph pass: folding one node makes its consumers foldable
+    refines_shapes = True  # folded shape arithmetic lets inference name dims it could not
 
     def run_on_graph(self, graph: ir.Graph) -> int:
         folded = 0

@@ -27,6 +27,8 @@ TRANSFORMER_FIXTURES = [
     "bert_dynamo_opset20.onnx",  # dynamo SDPA: Kᵀ through a 3-D reshape + transpose
     "gpt2_torchscript_opset14.onnx",  # Conv1D as Reshape -> Gemm -> Reshape, then Split; causal mask
     "gpt2_dynamo_opset20.onnx",  # as above, the block output flattened to [B*S, hidden]
+    "bert_static_torchscript_opset14.onnx",  # batch 1, seq 16: reshape targets are constants
+    "bert_static_dynamo_opset20.onnx",  # batch 1, seq 16, every intermediate shape stored
 ]
 LAYERS = 2
 
