@@ -41,6 +41,25 @@ def _same_pads(auto_pad, sizes, kernel, strides, dilations):
     return begin, end
 
 
+def spatial_pads(auto_pad, pads, sizes, kernel, strides, dilations):
+    """(begin, end) padding per spatial axis, as Conv and the pools read it: SAME_* derived from
+    the input sizes, VALID or no `pads` as zeros, else `pads` split into its two halves."""
+    rank = len(kernel)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return _same_pads(auto_pad, sizes, kernel, strides, dilations)
+    if auto_pad == "VALID" or not pads:
+        return [0] * rank, [0] * rank
+    return list(pads[:rank]), list(pads[rank:])
+
+
+def conv_output_sizes(sizes, begin, end, kernel, strides, dilations):
+    """Each spatial axis' output length: windows that fit in the padded input (floor)."""
+    return [
+        (size + b + e - (k - 1) * d - 1) // s + 1
+        for size, b, e, k, d, s in zip(sizes, begin, end, kernel, dilations, strides, strict=True)
+    ]
+
+
 def _read_auto_pad(kernel: Kernel) -> str:
     auto_pad = kernel.attr("auto_pad", "NOTSET")
     if auto_pad not in _AUTO_PADS:
@@ -74,9 +93,9 @@ def _windows(xp, padded, kernel, out, strides, dilations):
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=steps, writeable=False)
 
 
-class Conv(Kernel):
-    op_type = "Conv"
-    since_version = 1
+class _Convolution(Kernel):
+    """The attributes every convolution reads (Conv, ConvTranspose, NhwcFusedConv), and a
+    cache for the plan each one makes per input shape."""
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
@@ -87,26 +106,31 @@ class Conv(Kernel):
         self.pads = self.attr("pads")
         self._plans: dict = {}
 
+    def plan(self, x_shape, w_shape):
+        """`_plan(x_shape, w_shape)`, made once per pair of input shapes."""
+        key = (x_shape, w_shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(x_shape, w_shape)
+        return plan
+
+
+class Conv(_Convolution):
+    op_type = "Conv"
+    since_version = 1
+
     def _plan(self, x_shape, w_shape):
         n, c, *sizes = x_shape
         m, cg, *kernel = w_shape
         rank = len(kernel)
         strides = self.strides or [1] * rank
         dilations = self.dilations or [1] * rank
-        if self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            begin, end = _same_pads(self.auto_pad, sizes, kernel, strides, dilations)
-        elif self.auto_pad == "VALID" or not self.pads:
-            begin, end = [0] * rank, [0] * rank
-        else:
-            begin, end = list(self.pads[:rank]), list(self.pads[rank:])
+        begin, end = spatial_pads(self.auto_pad, self.pads, sizes, kernel, strides, dilations)
         if cg * self.group != c:
             raise ValueError(
                 f"Conv '{self.node.name}': input has {c} channels but weight expects {cg} x group {self.group}"
             )
-        out = [
-            (size + b + e - (k - 1) * d - 1) // s + 1
-            for size, b, e, k, d, s in zip(sizes, begin, end, kernel, dilations, strides, strict=True)
-        ]
+        out = conv_output_sizes(sizes, begin, end, kernel, strides, dilations)
         pointwise = all(k == 1 for k in kernel) and not any(begin) and not any(end)
         return pointwise, begin, end, kernel, out, strides, dilations
 
@@ -116,10 +140,7 @@ class Conv(Kernel):
         if dtype == np.float16:
             x, w = x.astype(np.float32), w.astype(np.float32)
             b = None if b is None else b.astype(np.float32)
-        key = (x.shape, w.shape)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(x.shape, w.shape)
+        plan = self.plan(x.shape, w.shape)
         pointwise, begin, end, kernel, out, strides, dilations = plan
         n, c = x.shape[:2]
         m = w.shape[0]
@@ -139,20 +160,14 @@ class Conv(Kernel):
         return (y.reshape((n, m, *out)).astype(dtype, copy=False),)
 
 
-class ConvTranspose(Kernel):
+class ConvTranspose(_Convolution):
     op_type = "ConvTranspose"
     since_version = 1
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
-        self.auto_pad = _read_auto_pad(self)
-        self.group = self.attr("group", 1)
-        self.dilations = self.attr("dilations")
-        self.strides = self.attr("strides")
-        self.pads = self.attr("pads")
         self.output_padding = self.attr("output_padding")
         self.output_shape = self.attr("output_shape")
-        self._plans: dict = {}
 
     def _plan(self, x_shape, w_shape):
         sizes = x_shape[2:]
@@ -206,10 +221,7 @@ class ConvTranspose(Kernel):
         if dtype == np.float16:
             x, w = x.astype(np.float32), w.astype(np.float32)
             b = None if b is None else b.astype(np.float32)
-        key = (x.shape, w.shape)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(x.shape, w.shape)
+        plan = self.plan(x.shape, w.shape)
         buffer, crop, taps = plan
         n, c, *sizes = x.shape
         g = self.group

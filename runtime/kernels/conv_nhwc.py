@@ -28,8 +28,8 @@ import numpy as np
 from optimizer.match import FUSIONWATCH
 from runtime.backends import numpy_backend
 from runtime.kernels.base import Kernel, UnsupportedOp
-from runtime.kernels.conv import _read_auto_pad, _same_pads
-from runtime.kernels.pool import _Geometry
+from runtime.kernels.conv import _Convolution, conv_output_sizes, spatial_pads
+from runtime.kernels.pool import _window_maxima, _window_sums, _WindowPool
 
 
 def _channels_last_padded(xp, x, begin, end, fill=0):
@@ -97,7 +97,7 @@ ACTIVATIONS = {
 }
 
 
-class NhwcFusedConv(Kernel):
+class NhwcFusedConv(_Convolution):
     """Y = activation(conv(X, W) + B + Z), X/Y/Z channels-last, W in Conv's order."""
 
     op_type = "NhwcFusedConv"
@@ -106,11 +106,6 @@ class NhwcFusedConv(Kernel):
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
-        self.auto_pad = _read_auto_pad(self)
-        self.group = self.attr("group", 1)
-        self.strides = self.attr("strides")
-        self.dilations = self.attr("dilations")
-        self.pads = self.attr("pads")
         self.activation = None
         name = self.attr("activation")
         if name is not None:
@@ -125,7 +120,6 @@ class NhwcFusedConv(Kernel):
                     f"NhwcFusedConv '{node.name}': activation {name} takes {count} activation_params, got {len(params)}"
                 )
             self.activation = (function, params)
-        self._plans: dict = {}
         # A constant weight is reordered for the GEMM here, once, not on every run.
         self._weight = None
         weight = node.inputs[1] if len(node.inputs) > 1 else None
@@ -158,16 +152,8 @@ class NhwcFusedConv(Kernel):
             )
         strides = self.strides or [1] * rank
         dilations = self.dilations or [1] * rank
-        if self.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            begin, end = _same_pads(self.auto_pad, sizes, kernel, strides, dilations)
-        elif self.auto_pad == "VALID" or not self.pads:
-            begin, end = [0] * rank, [0] * rank
-        else:
-            begin, end = list(self.pads[:rank]), list(self.pads[rank:])
-        out = [
-            (size + b + e - (k - 1) * d - 1) // s + 1
-            for size, b, e, k, d, s in zip(sizes, begin, end, kernel, dilations, strides, strict=True)
-        ]
+        begin, end = spatial_pads(self.auto_pad, self.pads, sizes, kernel, strides, dilations)
+        out = conv_output_sizes(sizes, begin, end, kernel, strides, dilations)
         if all(k == 1 for k in kernel) and not any(begin) and not any(end) and self.group == 1:
             path = "pointwise"
         elif cg == 1 and m == self.group:
@@ -182,10 +168,7 @@ class NhwcFusedConv(Kernel):
         if dtype == np.float16:
             x = x.astype(np.float32)
             b = None if b is None else b.astype(np.float32)
-        key = (x.shape, w.shape)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(x.shape, w.shape)
+        plan = self.plan(x.shape, w.shape)
         path, begin, end, kernel, out, strides, dilations = plan
         if self._weight is not None and self._weight[0] == w.shape:
             weight = self._weight[1]
@@ -248,45 +231,19 @@ class NhwcFusedConv(Kernel):
         return (y.reshape(n, *out, m).astype(dtype, copy=False),)
 
 
-class _NhwcWindowPool(Kernel):
-    """Window geometry shared with the NCHW pools (runtime/kernels/pool.py), taps channels-last."""
+class _NhwcWindowPool(_WindowPool):
+    """The NCHW pools' attributes and window geometry (runtime/kernels/pool.py), taps channels-last."""
 
     domain = FUSIONWATCH
     since_version = 1
 
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        self.auto_pad = self.attr("auto_pad", "NOTSET")
-        if self.auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
-            raise UnsupportedOp(f"{self.op_type} '{node.name}': unknown auto_pad {self.auto_pad!r}")
-        self.kernel = self.attr("kernel_shape")
-        if self.kernel is None:
-            raise UnsupportedOp(f"{self.op_type} '{node.name}': attribute kernel_shape is required")
-        rank = len(self.kernel)
-        self.strides = self.attr("strides") or [1] * rank
-        self.dilations = self.attr("dilations") or [1] * rank
-        self.pads = self.attr("pads")
-        self.ceil_mode = bool(self.attr("ceil_mode", 0))
-        self._plans: dict = {}
-
-    def plan(self, shape):
+    def _plan(self, shape):
         """(geometry, per-tap channels-last slices, begin pads, end pads incl. ceil_mode overhang)."""
-        plan = self._plans.get(shape)
-        if plan is None:
-            geometry = _Geometry(
-                shape[1:-1],
-                self.kernel,
-                self.strides,
-                self.dilations,
-                self.auto_pad,
-                self.pads,
-                self.ceil_mode,
-            )
-            # The NCHW geometry's taps index (N, C, *spatial); channels-last puts C at the end.
-            taps = [(slice(None), *tap[2:], slice(None)) for tap in geometry.taps]
-            end = [e + x for e, x in zip(geometry.end, geometry.extra, strict=True)]
-            plan = self._plans[shape] = (geometry, taps, geometry.begin, end)
-        return plan
+        geometry = self._geometry(shape[1:-1])
+        # The NCHW geometry's taps index (N, C, *spatial); channels-last puts C at the end.
+        taps = [(slice(None), *tap[2:], slice(None)) for tap in geometry.taps]
+        end = [e + x for e, x in zip(geometry.end, geometry.extra, strict=True)]
+        return geometry, taps, geometry.begin, end
 
 
 class NhwcMaxPool(_NhwcWindowPool):
@@ -296,11 +253,7 @@ class NhwcMaxPool(_NhwcWindowPool):
         xp = self.xp
         _, taps, begin, end = self.plan(x.shape)
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        padded = _channels_last_padded(xp, x, begin, end, fill)
-        y = padded[taps[0]].copy()
-        for tap in taps[1:]:
-            xp.maximum(y, padded[tap], out=y)
-        return (y,)
+        return (_window_maxima(xp, _channels_last_padded(xp, x, begin, end, fill), taps),)
 
 
 class NhwcAveragePool(_NhwcWindowPool):
@@ -315,10 +268,7 @@ class NhwcAveragePool(_NhwcWindowPool):
         xp = self.xp
         geometry, taps, begin, end = self.plan(x.shape)
         work = x.astype(np.float32) if x.dtype == np.float16 else x
-        padded = _channels_last_padded(xp, work, begin, end)
-        total = padded[taps[0]].copy()
-        for tap in taps[1:]:
-            total += padded[tap]
+        total = _window_sums(_channels_last_padded(xp, work, begin, end), taps)
         divisor = self._divisors.get(x.shape)
         if divisor is None:
             counts = geometry.window_counts(xp, self.include_pad).astype(total.dtype)

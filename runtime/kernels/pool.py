@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from runtime.backends import numpy_backend
 from runtime.kernels.base import Kernel, UnsupportedOp
+from runtime.kernels.conv import _read_auto_pad, spatial_pads
 
 
 def _output_wanted(node: ir.Node, index: int) -> bool:
@@ -30,18 +31,7 @@ class _Geometry:
     """Where every window of a pool over one input shape lies."""
 
     def __init__(self, sizes, kernel, strides, dilations, auto_pad, pads, ceil_mode):
-        rank = len(kernel)
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            begin, end = [], []
-            for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
-                total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
-                small, large = total // 2, total - total // 2
-                begin.append(small if auto_pad == "SAME_UPPER" else large)
-                end.append(large if auto_pad == "SAME_UPPER" else small)
-        elif auto_pad == "VALID" or not pads:
-            begin, end = [0] * rank, [0] * rank
-        else:
-            begin, end = list(pads[:rank]), list(pads[rank:])
+        begin, end = spatial_pads(auto_pad, pads, sizes, kernel, strides, dilations)
         out = []
         for size, b, e, k, s, d in zip(sizes, begin, end, kernel, strides, dilations, strict=True):
             span = size + b + e - (k - 1) * d - 1
@@ -95,31 +85,52 @@ class _Geometry:
         return xp.asarray(counts)
 
 
+def _window_sums(padded, taps):
+    """Per output position, the sum over its window: one in-place add per kernel tap."""
+    total = padded[taps[0]].copy()
+    for tap in taps[1:]:
+        total += padded[tap]
+    return total
+
+
+def _window_maxima(xp, padded, taps):
+    """Per output position, the maximum over its window: one in-place maximum per kernel tap."""
+    y = padded[taps[0]].copy()
+    for tap in taps[1:]:
+        xp.maximum(y, padded[tap], out=y)
+    return y
+
+
 class _WindowPool(Kernel):
-    """Attribute reading and per-shape geometry shared by the window pools."""
+    """Attribute reading and per-shape geometry shared by the window pools (NCHW here, and
+    channels-last in runtime/kernels/conv_nhwc.py, which overrides `_plan`)."""
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
-        self.auto_pad = self.attr("auto_pad", "NOTSET")
-        if self.auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
-            raise UnsupportedOp(f"{self.op_type} '{node.name}': unknown auto_pad {self.auto_pad!r}")
+        self.auto_pad = _read_auto_pad(self)
         self.kernel = self.attr("kernel_shape")
+        if self.kernel is None:
+            raise UnsupportedOp(f"{self.op_type} '{node.name}': attribute kernel_shape is required")
         rank = len(self.kernel)
         self.strides = self.attr("strides") or [1] * rank
         self.dilations = self.attr("dilations") or [1] * rank
         self.pads = self.attr("pads")
         self.ceil_mode = bool(self.attr("ceil_mode", 0))
-        self._geometries: dict = {}
+        self._plans: dict = {}
 
-    def geometry(self, shape) -> _Geometry:
-        geometry = self._geometries.get(shape)
-        if geometry is None:
-            geometry = self._geometries[shape] = self._plan(shape)
-        return geometry
+    def plan(self, shape):
+        """`_plan(shape)`, made once per input shape."""
+        plan = self._plans.get(shape)
+        if plan is None:
+            plan = self._plans[shape] = self._plan(shape)
+        return plan
 
     def _plan(self, shape) -> _Geometry:
+        return self._geometry(shape[2:])
+
+    def _geometry(self, sizes) -> _Geometry:
         return _Geometry(
-            shape[2:], self.kernel, self.strides, self.dilations, self.auto_pad, self.pads, self.ceil_mode
+            sizes, self.kernel, self.strides, self.dilations, self.auto_pad, self.pads, self.ceil_mode
         )
 
 
@@ -136,15 +147,13 @@ class MaxPool(_WindowPool):
 
     def run(self, x):
         xp = self.xp
-        geometry = self.geometry(x.shape)
+        geometry = self.plan(x.shape)
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         padded = geometry.pad(xp, x, fill)
         taps = geometry.taps
-        y = padded[taps[0]].copy()
         if not self.want_indices:
-            for tap in taps[1:]:
-                xp.maximum(y, padded[tap], out=y)
-            return (y,)
+            return (_window_maxima(xp, padded, taps),)
+        y = padded[taps[0]].copy()
         positions = self._positions(x.shape, geometry)
         n, c = x.shape[:2]
         image = math.prod(x.shape[2:])
@@ -191,12 +200,9 @@ class AveragePool(_WindowPool):
 
     def run(self, x):
         xp = self.xp
-        geometry = self.geometry(x.shape)
+        geometry = self.plan(x.shape)
         work = x.astype(np.float32) if x.dtype == np.float16 else x
-        padded = geometry.pad(xp, work, 0)
-        total = padded[geometry.taps[0]].copy()
-        for tap in geometry.taps[1:]:
-            total += padded[tap]
+        total = _window_sums(geometry.pad(xp, work, 0), geometry.taps)
         divisor = self._divisors.get(x.shape)
         if divisor is None:
             divisor = self._divisors[x.shape] = geometry.window_counts(xp, self.include_pad).astype(
@@ -216,12 +222,9 @@ class LpPool(_WindowPool):
 
     def run(self, x):
         xp = self.xp
-        geometry = self.geometry(x.shape)
+        geometry = self.plan(x.shape)
         powered = xp.abs(x) ** self.p
-        padded = geometry.pad(xp, powered, 0)
-        total = padded[geometry.taps[0]].copy()
-        for tap in geometry.taps[1:]:
-            total += padded[tap]
+        total = _window_sums(geometry.pad(xp, powered, 0), geometry.taps)
         return ((total ** (1.0 / self.p)).astype(x.dtype, copy=False),)
 
 

@@ -3,7 +3,8 @@
 The Reduce* ops took `axes` as an attribute until opset 18 (ReduceSum until 13) and as an
 optional input after, which added `noop_with_empty_axes` (empty axes: return the input
 instead of reducing everything). Each op is therefore two classes that share its math, a
-module-level function `(xp, x, axis, keepdims) -> array`.
+module-level function `(xp, x, axis, keepdims) -> array`; both are made from the op's one
+row in `_REDUCE_OPS`, so the two versions cannot drift apart.
 
 Integer sums and products keep the input's type (numpy widens them to int64 by default).
 Reducing an empty set gives the op's identity (0 for sums, 1 for products, -inf for
@@ -136,84 +137,32 @@ class ReduceAxesInput(Reduce):
 # ---- the ops ---------------------------------------------------------------------------------
 
 
-class ReduceSum_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceSum", 1, staticmethod(_sum), 0
+# One row an op: (op, its math, what reducing an empty set gives, the opset that made axes an input).
+_REDUCE_OPS = [
+    ("ReduceSum", _sum, 0, 13),
+    ("ReduceMean", _mean, np.nan, 18),
+    ("ReduceMax", _max, -np.inf, 18),
+    ("ReduceMin", _min, np.inf, 18),
+    ("ReduceProd", _prod, 1, 18),
+    ("ReduceL1", _l1, 0, 18),
+    ("ReduceL2", _l2, 0, 18),
+    ("ReduceSumSquare", _sum_square, 0, 18),
+    ("ReduceLogSum", _log_sum, -np.inf, 18),
+    ("ReduceLogSumExp", _log_sum_exp, -np.inf, 18),
+]
 
 
-class ReduceSum_13(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceSum", 13, staticmethod(_sum), 0
-
-
-class ReduceMean_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceMean", 1, staticmethod(_mean), np.nan
-
-
-class ReduceMean_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceMean", 18, staticmethod(_mean), np.nan
-
-
-class ReduceMax_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceMax", 1, staticmethod(_max), -np.inf
-
-
-class ReduceMax_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceMax", 18, staticmethod(_max), -np.inf
-
-
-class ReduceMin_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceMin", 1, staticmethod(_min), np.inf
-
-
-class ReduceMin_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceMin", 18, staticmethod(_min), np.inf
-
-
-class ReduceProd_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceProd", 1, staticmethod(_prod), 1
-
-
-class ReduceProd_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceProd", 18, staticmethod(_prod), 1
-
-
-class ReduceL1_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceL1", 1, staticmethod(_l1), 0
-
-
-class ReduceL1_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceL1", 18, staticmethod(_l1), 0
-
-
-class ReduceL2_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceL2", 1, staticmethod(_l2), 0
-
-
-class ReduceL2_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceL2", 18, staticmethod(_l2), 0
-
-
-class ReduceSumSquare_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceSumSquare", 1, staticmethod(_sum_square), 0
-
-
-class ReduceSumSquare_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceSumSquare", 18, staticmethod(_sum_square), 0
-
-
-class ReduceLogSum_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceLogSum", 1, staticmethod(_log_sum), -np.inf
-
-
-class ReduceLogSum_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceLogSum", 18, staticmethod(_log_sum), -np.inf
-
-
-class ReduceLogSumExp_1(ReduceAxesAttribute):
-    op_type, since_version, reduce, empty_value = "ReduceLogSumExp", 1, staticmethod(_log_sum_exp), -np.inf
-
-
-class ReduceLogSumExp_18(ReduceAxesInput):
-    op_type, since_version, reduce, empty_value = "ReduceLogSumExp", 18, staticmethod(_log_sum_exp), -np.inf
+def _versions(op_type, reduce, empty_value, axes_input_since) -> list[type[Reduce]]:
+    """The op's two kernel classes, named as ONNX's reference ops are (`ReduceSum_1`, `ReduceSum_13`)."""
+    shared = {"op_type": op_type, "reduce": staticmethod(reduce), "empty_value": empty_value}
+    return [
+        type(f"{op_type}_1", (ReduceAxesAttribute,), {**shared, "since_version": 1}),
+        type(
+            f"{op_type}_{axes_input_since}",
+            (ReduceAxesInput,),
+            {**shared, "since_version": axes_input_since},
+        ),
+    ]
 
 
 # ---- index of the extreme ---------------------------------------------------------------------
@@ -284,9 +233,8 @@ class CumSum(Kernel):
 
 
 KERNELS = [
-    ReduceSum_1, ReduceSum_13, ReduceMean_1, ReduceMean_18, ReduceMax_1, ReduceMax_18,
-    ReduceMin_1, ReduceMin_18, ReduceProd_1, ReduceProd_18, ReduceL1_1, ReduceL1_18,
-    ReduceL2_1, ReduceL2_18, ReduceSumSquare_1, ReduceSumSquare_18, ReduceLogSum_1, ReduceLogSum_18,
-    ReduceLogSumExp_1, ReduceLogSumExp_18,
-    ArgMax, ArgMin, CumSum,
-]  # fmt: skip
+    *(kernel for row in _REDUCE_OPS for kernel in _versions(*row)),
+    ArgMax,
+    ArgMin,
+    CumSum,
+]

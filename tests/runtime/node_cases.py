@@ -20,10 +20,11 @@ import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
+import pytest
 from onnx import numpy_helper
 
 from runtime.kernels import registry
-from runtime.kernels.base import Kernel
+from runtime.kernels.base import Kernel, UnsupportedOp
 
 
 @dataclass(frozen=True)
@@ -149,14 +150,38 @@ def assert_matches(name: str, actual, expected: np.ndarray, rtol: float, atol: f
         np.testing.assert_array_equal(actual, expected, err_msg=name)
 
 
+def node_case_test(kernels: list[type[Kernel]]):
+    """A test over every node case of `kernels`, one parametrized run each; a family's test
+    module binds it as `test_node_case = node_case_test(family.KERNELS)`."""
+    cases = list(node_cases(kernels))
+
+    @pytest.mark.parametrize("case", cases, ids=[case.name for case in cases])
+    def test_node_case(case):
+        try:
+            results = run_case(case)
+        except UnsupportedOp as declined:
+            pytest.skip(f"declined: {declined}")
+        assert len(results) == len(case.outputs)
+        for actual, expected in zip(results, case.outputs, strict=True):
+            assert_matches(case.name, actual, expected, case.rtol, case.atol)
+
+    return test_node_case
+
+
 # ---- one-node models of our own, for variants the conformance suite no longer covers ----------
 
 
 def one_node_model(
-    op_type: str, inputs: list[np.ndarray | None], opset: int, outputs: int = 1, **attributes
+    op_type: str,
+    inputs: list[np.ndarray | None],
+    opset: int,
+    outputs: int = 1,
+    domain: str = "",
+    **attributes,
 ) -> onnx.ModelProto:
     """A model of a single `op_type` node over graph inputs x0, x1, … (None: an omitted
-    optional input) with outputs y0, y1, …; output types are left to inference."""
+    optional input) with outputs y0, y1, …; output types are left to inference. A node of
+    another `domain` imports that domain at version 1 beside ONNX's `opset`."""
     names = [f"x{i}" if array is not None else "" for i, array in enumerate(inputs)]
     graph_inputs = [
         onnx.helper.make_tensor_value_info(
@@ -166,14 +191,17 @@ def one_node_model(
         if array is not None
     ]
     output_names = [f"y{i}" for i in range(outputs)]
-    node = onnx.helper.make_node(op_type, names, output_names, **attributes)
+    node = onnx.helper.make_node(op_type, names, output_names, domain=domain or None, **attributes)
     graph = onnx.helper.make_graph(
         [node],
         op_type.lower(),
         graph_inputs,
         [onnx.helper.make_empty_tensor_value_info(n) for n in output_names],
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    imports = [onnx.helper.make_opsetid("", opset)]
+    if domain:
+        imports.append(onnx.helper.make_opsetid(domain, 1))
+    model = onnx.helper.make_model(graph, opset_imports=imports)
     model.ir_version = 8
     return model
 
@@ -185,7 +213,7 @@ def run_kernel(model: onnx.ModelProto, inputs: list[np.ndarray | None]) -> list[
 
 
 def run_onnxruntime(model: onnx.ModelProto, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-    """The oracle: onnxruntime with every graph optimization off."""
+    """The oracle: onnxruntime with every graph optimization off, fed x0, x1, … in order."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -197,16 +225,36 @@ def run_onnxruntime(model: onnx.ModelProto, inputs: list[np.ndarray | None]) -> 
     return session.run(None, feeds)
 
 
+def assert_same_output(actual, expected, rtol: float = 1e-3, atol: float = 1e-4) -> None:
+    """One of our outputs against onnxruntime's: dtype and shape, then values within
+    tolerance (fp32's by default) for floats, exactly for everything else; a sequence item by item."""
+    if isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected)
+        for a, e in zip(actual, expected, strict=True):
+            assert_same_output(a, e, rtol, atol)
+        return
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, (
+        f"{actual.dtype}{list(actual.shape)} vs onnxruntime's {expected.dtype}{list(expected.shape)}"
+    )
+    if expected.dtype.kind == "f":
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
 def assert_same_as_onnxruntime(
-    op_type: str, inputs: list[np.ndarray | None], opset: int, **attributes
+    op_type: str,
+    inputs: list[np.ndarray | None],
+    opset: int,
+    outputs: int = 1,
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+    **attributes,
 ) -> None:
-    """Our kernel and onnxruntime agree on a one-node model: dtype, shape, and values within
-    fp32 tolerance (exactly for non-floats)."""
-    model = one_node_model(op_type, inputs, opset, **attributes)
+    """Our kernel and onnxruntime agree on every output of a one-node model (see
+    `assert_same_output`); `rtol`/`atol` widen the fp32 tolerance where a test says why."""
+    model = one_node_model(op_type, inputs, opset, outputs, **attributes)
     ours, theirs = run_kernel(model, inputs), run_onnxruntime(model, inputs)
+    assert len(ours) == len(theirs)
     for actual, expected in zip(ours, theirs, strict=True):
-        assert actual.dtype == expected.dtype and actual.shape == expected.shape
-        if expected.dtype.kind == "f":
-            np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-4)
-        else:
-            np.testing.assert_array_equal(actual, expected)
+        assert_same_output(actual, expected, rtol, atol)

@@ -17,7 +17,7 @@ from runtime import InferenceSession, SessionOptions
 from runtime.conformance import Case, check, collect_cases, is_claimed
 from runtime.errors import UnsupportedModelError
 from runtime.kernels import control_flow
-from tests.runtime.node_cases import run_onnxruntime
+from tests.runtime.node_cases import assert_same_output, run_onnxruntime
 
 NO_OPTIMIZATION = SessionOptions(graph_optimization_level="disabled")
 FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -76,23 +76,8 @@ def assert_same_as_onnxruntime(model, inputs):
     theirs = run_onnxruntime(model, inputs)
     assert len(ours) == len(theirs)
     for actual, expected in zip(ours, theirs, strict=True):
-        _assert_same(actual, expected)
+        assert_same_output(actual, expected)
     return ours
-
-
-def _assert_same(actual, expected):
-    if isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected)
-        for a, e in zip(actual, expected, strict=True):
-            _assert_same(a, e)
-        return
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, (
-        f"{actual.dtype}{list(actual.shape)} vs onnxruntime's {expected.dtype}{list(expected.shape)}"
-    )
-    if expected.dtype.kind == "f":
-        np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-4)
-    else:
-        np.testing.assert_array_equal(actual, expected)
 
 
 RNG = np.random.default_rng(0)

@@ -2,98 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from runtime.kernels import conv
-from runtime.kernels.base import UnsupportedOp
-from tests.runtime.node_cases import assert_matches, node_cases, run_case
+from tests.runtime.node_cases import assert_same_as_onnxruntime, node_case_test, one_node_model, run_kernel
 
-CASES = list(node_cases(conv.KERNELS))
-
-
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    try:
-        results = run_case(case)
-    except UnsupportedOp as declined:
-        pytest.skip(f"declined: {declined}")
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(conv.KERNELS)
 
 
 # ---------------------------------------------------------------- against onnxruntime
 # The conformance suite has 17 Conv/ConvTranspose cases, all tiny; these cover the paths the
 # kernel chooses between (pointwise, depthwise, grouped im2col) at realistic shapes.
-
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import onnx_ir as ir  # noqa: E402
-import onnxruntime  # noqa: E402
-from onnx import helper  # noqa: E402
-
-from runtime.kernels import registry  # noqa: E402
-
-
-def run_with_onnxruntime(op_type, inputs, opset=17, outputs=1, output_dtypes=None, **attributes):
-    """One node run by onnxruntime with graph optimizations off; its outputs in order.
-    Outputs are declared with `output_dtypes`, by default the first input's type (MaxPool's
-    Indices int64)."""
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    out_names = [f"out{i}" for i in range(outputs)]
-    node = helper.make_node(op_type, names, out_names, **attributes)
-    graph = helper.make_graph(
-        [node],
-        "single",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-            for n, x in zip(names, inputs, strict=True)
-            if x is not None
-        ],
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), None)
-            for n, t in zip(
-                out_names, output_dtypes or _default_output_dtypes(op_type, inputs, outputs), strict=True
-            )
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    feeds = {n: x for n, x in zip(names, inputs, strict=True) if x is not None}
-    return session.run(None, feeds), model
-
-
-def _default_output_dtypes(op_type, inputs, outputs):
-    first = inputs[0].dtype
-    return [np.int64 if op_type == "MaxPool" and i == 1 else first for i in range(outputs)]
-
-
-def run_with_kernel(model: onnx.ModelProto, inputs):
-    ir_model = ir.serde.deserialize_model(model)
-    node = next(iter(ir_model.graph))
-    opset = ir_model.opset_imports[""]
-    kernel = registry.find_kernel("", node.op_type, opset)(node, opset)
-    return kernel.run(*inputs)
-
-
-def assert_kernel_matches_onnxruntime(
-    op_type, inputs, opset=17, outputs=1, output_dtypes=None, rtol=1e-3, atol=1e-4, **attributes
-):
-    expected, model = run_with_onnxruntime(op_type, inputs, opset, outputs, output_dtypes, **attributes)
-    actual = run_with_kernel(model, inputs)
-    for got, want in zip(actual, expected, strict=True):
-        assert got.dtype == want.dtype and got.shape == want.shape, (
-            got.dtype,
-            got.shape,
-            want.dtype,
-            want.shape,
-        )
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
-
 
 CONV_CONFIGS = {
     # name: (x shape, w shape, attributes)
@@ -128,14 +48,14 @@ def test_conv_matches_onnxruntime(name, with_bias):
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[0]).astype(np.float32) if with_bias else None
-    assert_kernel_matches_onnxruntime("Conv", [x, w, b] if with_bias else [x, w], **attributes)
+    assert_same_as_onnxruntime("Conv", [x, w, b] if with_bias else [x, w], 17, **attributes)
 
 
 def test_conv_float16_is_computed_in_float32_and_cast_back():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 8, 10, 10)).astype(np.float16)
     w = rng.standard_normal((4, 8, 3, 3)).astype(np.float16)
-    assert_kernel_matches_onnxruntime("Conv", [x, w], rtol=1e-2, atol=1e-2, pads=[1, 1, 1, 1])
+    assert_same_as_onnxruntime("Conv", [x, w], 17, rtol=1e-2, atol=1e-2, pads=[1, 1, 1, 1])
 
 
 def test_conv_never_writes_into_its_inputs():
@@ -144,8 +64,7 @@ def test_conv_never_writes_into_its_inputs():
     w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
     b = rng.standard_normal(4).astype(np.float32)
     before = [a.copy() for a in (x, w, b)]
-    _, model = run_with_onnxruntime("Conv", [x, w, b], group=4, pads=[1, 1, 1, 1])
-    run_with_kernel(model, [x, w, b])
+    run_kernel(one_node_model("Conv", [x, w, b], 17, group=4, pads=[1, 1, 1, 1]), [x, w, b])
     for a, kept in zip((x, w, b), before, strict=True):
         np.testing.assert_array_equal(a, kept)
 
@@ -171,4 +90,4 @@ def test_conv_transpose_matches_onnxruntime(name):
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[1] * attributes.get("group", 1)).astype(np.float32)
-    assert_kernel_matches_onnxruntime("ConvTranspose", [x, w, b], **attributes)
+    assert_same_as_onnxruntime("ConvTranspose", [x, w, b], 17, **attributes)

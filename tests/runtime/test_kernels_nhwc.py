@@ -8,39 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime
 import pytest
-from onnx import TensorProto, helper
 
 from runtime.kernels.base import UnsupportedOp
 from runtime.kernels.conv_nhwc import NhwcAveragePool, NhwcFusedConv, NhwcGlobalAveragePool, NhwcMaxPool
 from runtime.kernels.registry import find_kernel
+from tests.runtime.node_cases import one_node_model, run_onnxruntime
 
 RTOL, ATOL = 1e-3, 1e-4
 
 
 def onnxruntime_node(op_type, inputs, domain="", **attributes):
-    """One node run by onnxruntime with graph optimizations off; its first output."""
-    names = [f"in{i}" if x is not None else "" for i, x in enumerate(inputs)]
-    node = helper.make_node(op_type, names, ["out"], domain=domain or None, **attributes)
-    graph = helper.make_graph(
-        [node],
-        "single",
-        [
-            helper.make_tensor_value_info(n, TensorProto.FLOAT, x.shape)
-            for n, x in zip(names, inputs, strict=True)
-            if x is not None
-        ],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
-    )
-    imports = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
-    model = helper.make_model(graph, opset_imports=imports)
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = onnxruntime.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, {n: x for n, x in zip(names, inputs, strict=True) if x is not None})[0]
+    """One node run by onnxruntime (opset 17) with graph optimizations off; its first output."""
+    return run_onnxruntime(one_node_model(op_type, inputs, 17, domain=domain, **attributes), inputs)[0]
 
 
 def make_node(op_type, domain, inputs, attributes, constant_weight=None):

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from runtime.kernels import normalization
-from runtime.kernels.base import UnsupportedOp
-from tests.runtime.node_cases import assert_matches, node_cases, run_case
+from tests.runtime.node_cases import assert_same_as_onnxruntime, node_case_test
 
-CASES = list(node_cases(normalization.KERNELS))
-
-
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    try:
-        results = run_case(case)
-    except UnsupportedOp as declined:
-        pytest.skip(f"declined: {declined}")
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(normalization.KERNELS)
 
 
 # ---------------------------------------------------------------- against onnxruntime
-
-import numpy as np  # noqa: E402
-
-from tests.runtime.test_kernels_conv import assert_kernel_matches_onnxruntime  # noqa: E402
 
 RNG = np.random.default_rng(0)
 F32 = np.float32
@@ -40,47 +25,41 @@ def _normal(*shape, dtype=F32):
 def test_layer_normalization_at_opset_14_and_17_matches_onnxruntime(opset):
     # At 14 this is ORT's ONNX-domain contrib registration, the op its LayerNormFusion emits.
     x, scale, bias = _normal(2, 5, 16), _normal(16), _normal(16)
-    assert_kernel_matches_onnxruntime("LayerNormalization", [x, scale, bias], opset=opset, epsilon=1e-5)
+    assert_same_as_onnxruntime("LayerNormalization", [x, scale, bias], opset=opset, epsilon=1e-5)
 
 
 def test_layer_normalization_over_two_axes_with_statistics_outputs():
     x, scale = _normal(3, 4, 6), _normal(4, 6)
-    assert_kernel_matches_onnxruntime("LayerNormalization", [x, scale], opset=17, outputs=3, axis=1)
+    assert_same_as_onnxruntime("LayerNormalization", [x, scale], opset=17, outputs=3, axis=1)
 
 
 def test_layer_normalization_float16_uses_float32_statistics():
     x, scale, bias = (a.astype(np.float16) for a in (_normal(2, 64) * 30, _normal(64), _normal(64)))
-    assert_kernel_matches_onnxruntime("LayerNormalization", [x, scale, bias], opset=17, rtol=1e-2, atol=1e-2)
+    assert_same_as_onnxruntime("LayerNormalization", [x, scale, bias], opset=17, rtol=1e-2, atol=1e-2)
 
 
 def test_batch_normalization_inference_matches_onnxruntime():
     x = _normal(2, 6, 5, 5)
     scale, bias, mean = _normal(6), _normal(6), _normal(6)
     var = np.abs(_normal(6)) + 0.1
-    assert_kernel_matches_onnxruntime(
-        "BatchNormalization", [x, scale, bias, mean, var], opset=15, epsilon=1e-3
-    )
+    assert_same_as_onnxruntime("BatchNormalization", [x, scale, bias, mean, var], opset=15, epsilon=1e-3)
 
 
 def test_instance_normalization_matches_onnxruntime():
     x = _normal(2, 3, 7, 5)
-    assert_kernel_matches_onnxruntime("InstanceNormalization", [x, _normal(3), _normal(3)], epsilon=1e-4)
+    assert_same_as_onnxruntime("InstanceNormalization", [x, _normal(3), _normal(3)], 17, epsilon=1e-4)
 
 
 def test_group_normalization_per_channel_matches_onnxruntime():
     x = _normal(2, 8, 4, 3)
-    assert_kernel_matches_onnxruntime(
-        "GroupNormalization", [x, _normal(8), _normal(8)], opset=21, num_groups=4
-    )
+    assert_same_as_onnxruntime("GroupNormalization", [x, _normal(8), _normal(8)], opset=21, num_groups=4)
 
 
 @pytest.mark.parametrize("size", [3, 5])  # onnxruntime accepts odd sizes only
 def test_lrn_matches_onnxruntime(size):
     x = _normal(1, 7, 4, 4)
-    assert_kernel_matches_onnxruntime("LRN", [x], size=size, alpha=1e-3, beta=0.6, bias=2.0)
+    assert_same_as_onnxruntime("LRN", [x], 17, size=size, alpha=1e-3, beta=0.6, bias=2.0)
 
 
 def test_mean_variance_normalization_matches_onnxruntime():
-    assert_kernel_matches_onnxruntime(
-        "MeanVarianceNormalization", [_normal(2, 3, 4, 5)], opset=13, axes=[0, 2, 3]
-    )
+    assert_same_as_onnxruntime("MeanVarianceNormalization", [_normal(2, 3, 4, 5)], opset=13, axes=[0, 2, 3])

@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from runtime.kernels import pool
-from runtime.kernels.base import UnsupportedOp
-from tests.runtime.node_cases import assert_matches, node_cases, run_case
+from tests.runtime.node_cases import assert_same_as_onnxruntime, node_case_test
 
-CASES = list(node_cases(pool.KERNELS))
-
-
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    try:
-        results = run_case(case)
-    except UnsupportedOp as declined:
-        pytest.skip(f"declined: {declined}")
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(pool.KERNELS)
 
 
 # ---------------------------------------------------------------- against onnxruntime
 # Window geometry (ceil_mode overhang, SAME pads, dilations, count_include_pad divisors) is
 # where pooling kernels go wrong; each config below stresses one of those against onnxruntime.
-
-import numpy as np  # noqa: E402
-
-from tests.runtime.test_kernels_conv import assert_kernel_matches_onnxruntime  # noqa: E402
 
 POOL_CONFIGS = {
     "resnet_3x3_s2_p1": ((2, 8, 16, 16), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
@@ -49,19 +34,19 @@ POOL_CONFIGS = {
 def test_max_pool_with_indices_matches_onnxruntime(name):
     shape, attributes = POOL_CONFIGS[name]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    assert_kernel_matches_onnxruntime("MaxPool", [x], opset=12, outputs=2, **attributes)
+    assert_same_as_onnxruntime("MaxPool", [x], opset=12, outputs=2, **attributes)
 
 
 def test_max_pool_column_major_indices_match_onnxruntime():
     x = np.random.default_rng(1).standard_normal((2, 3, 7, 6)).astype(np.float32)
-    assert_kernel_matches_onnxruntime(
+    assert_same_as_onnxruntime(
         "MaxPool", [x], opset=12, outputs=2, kernel_shape=[2, 3], strides=[2, 2], storage_order=1
     )
 
 
 def test_max_pool_int8_pads_with_the_type_minimum():
     x = np.random.default_rng(2).integers(-128, 127, (1, 2, 6, 6)).astype(np.int8)
-    assert_kernel_matches_onnxruntime("MaxPool", [x], opset=12, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    assert_same_as_onnxruntime("MaxPool", [x], opset=12, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
 
 
 @pytest.mark.parametrize("name", [n for n in POOL_CONFIGS if n != "dilated"])
@@ -69,14 +54,12 @@ def test_max_pool_int8_pads_with_the_type_minimum():
 def test_average_pool_matches_onnxruntime(name, include_pad):
     shape, attributes = POOL_CONFIGS[name]
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
-    assert_kernel_matches_onnxruntime(
-        "AveragePool", [x], opset=17, count_include_pad=include_pad, **attributes
-    )
+    assert_same_as_onnxruntime("AveragePool", [x], opset=17, count_include_pad=include_pad, **attributes)
 
 
 def test_lp_pool_matches_onnxruntime():
     x = np.random.default_rng(4).standard_normal((1, 3, 9, 9)).astype(np.float32)
-    assert_kernel_matches_onnxruntime(
+    assert_same_as_onnxruntime(
         "LpPool", [x], opset=11, p=3, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
     )
 
@@ -84,4 +67,4 @@ def test_lp_pool_matches_onnxruntime():
 @pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
 def test_global_pools_match_onnxruntime(op_type):
     x = np.random.default_rng(5).standard_normal((2, 5, 7, 7)).astype(np.float32)
-    assert_kernel_matches_onnxruntime(op_type, [x])
+    assert_same_as_onnxruntime(op_type, [x], 17)

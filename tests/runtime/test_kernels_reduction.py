@@ -7,28 +7,14 @@ import numpy as np
 import pytest
 
 from runtime.kernels import reduction
-from runtime.kernels.base import UnsupportedOp
 from tests.runtime.node_cases import (
-    assert_matches,
     assert_same_as_onnxruntime,
-    node_cases,
+    node_case_test,
     one_node_model,
-    run_case,
     run_kernel,
 )
 
-CASES = list(node_cases(reduction.KERNELS))
-
-
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    try:
-        results = run_case(case)
-    except UnsupportedOp as declined:
-        pytest.skip(f"declined: {declined}")
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(reduction.KERNELS)
 
 
 # ---- what the conformance suite doesn't reach, against onnxruntime ------------------------------
