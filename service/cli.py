@@ -81,6 +81,34 @@ def _print_report(report: OptimizeReport, explain: str | None) -> None:
         console.print(f"{explain}: no near misses (it fired everywhere it found a candidate, or found none)")
 
 
+@app.command("profile")
+def profile_command(
+    trace: Annotated[Path, typer.Argument(help="a profile JSON from onnxruntime or fusionwatch's runtime")],
+    skip: Annotated[int, typer.Option("--skip", help="leave out the first N runs (warm-up)")] = 0,
+    top: Annotated[int, typer.Option("--top", help="ops to list")] = 15,
+) -> None:
+    """Per-op kernel time, SequentialExecutor::Execute and model_run from a profile trace."""
+    from runtime.profile_table import load_trace, profile_table
+
+    try:
+        table = profile_table(load_trace(trace), skip_runs=skip)
+    except (OSError, ValueError) as error:
+        err.print(f"[red]error:[/red] {trace}: {error}")
+        raise typer.Exit(2) from error
+    console = Console()
+    console.print(
+        f"{table.runs} run(s): model_run {table.median_model_run_ms:.2f} ms, "
+        f"SequentialExecutor::Execute {table.median_execute_ms:.2f} ms (medians)"
+    )
+    ops = Table("op", "calls/run", "ms/run", "share", title="Kernel time per run")
+    total = sum(t.us_per_run for t in table.ops) or 1.0
+    for timing in table.ops[:top]:
+        ops.add_row(
+            timing.op, f"{timing.calls_per_run:g}", f"{timing.us_per_run / 1000:.3f}", f"{timing.us_per_run / total:.0%}"
+        )
+    console.print(ops)
+
+
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",

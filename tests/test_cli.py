@@ -86,3 +86,21 @@ def test_db_commands_exit_2_with_the_problem_named(database_url, monkeypatch):  
     monkeypatch.setattr(settings, "database_url", "postgresql+psycopg2://u@127.0.0.1:1/x")
     wrong_driver = runner.invoke(app, ["db", "upgrade"])
     assert wrong_driver.exit_code == 2 and "postgresql+psycopg://" in wrong_driver.output
+
+
+def test_profile_prints_the_table_of_a_trace(tmp_path):
+    import numpy as np
+
+    import runtime
+
+    options = runtime.SessionOptions(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
+    session = runtime.InferenceSession(_mlp(), options)
+    for _ in range(2):
+        session.run(None, {"x": np.ones((2, 8), np.float32)})
+    trace = session.end_profiling()
+    result = runner.invoke(app, ["profile", trace, "--skip", "1"])
+    assert result.exit_code == 0, result.output
+    assert "1 run(s): model_run" in result.stdout
+    assert "BiasGelu" in result.stdout and "MatMul" in result.stdout
+    missing = runner.invoke(app, ["profile", str(tmp_path / "none.json")])
+    assert missing.exit_code == 2 and "none.json" in missing.output

@@ -1,0 +1,73 @@
+"""The timing table a profile trace boils down to, for onnxruntime's traces and ours alike.
+
+Per op: calls and total/mean kernel microseconds per run; per run: SequentialExecutor::Execute
+and model_run. Both engines write the same event names (runtime/profiler.py), so the same
+numbers come out of either file, and the service can put them side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KERNEL_SUFFIX = "_kernel_time"
+
+
+@dataclass
+class OpTiming:
+    op: str
+    calls_per_run: float
+    us_per_run: float
+
+
+@dataclass
+class ProfileTable:
+    runs: int
+    model_run_us: list[float]
+    execute_us: list[float]
+    ops: list[OpTiming] = field(default_factory=list)  # slowest first
+
+    @property
+    def median_model_run_ms(self) -> float:
+        return statistics.median(self.model_run_us) / 1000 if self.model_run_us else 0.0
+
+    @property
+    def median_execute_ms(self) -> float:
+        return statistics.median(self.execute_us) / 1000 if self.execute_us else 0.0
+
+
+def load_trace(path: str | Path) -> list[dict]:
+    events = json.loads(Path(path).read_text())
+    if not isinstance(events, list):
+        raise ValueError(f"{path}: not a profile trace (expected a JSON array of events)")
+    return events
+
+
+def profile_table(events: list[dict], skip_runs: int = 0) -> ProfileTable:
+    """Summarize a trace; the first `skip_runs` runs (warm-up) are left out of every number."""
+    runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+    if not runs:
+        raise ValueError("the trace has no model_run event: was the session run while profiling?")
+    kept = runs[skip_runs:]
+    if not kept:
+        raise ValueError(f"the trace has {len(runs)} run(s); cannot skip {skip_runs}")
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in kept]
+
+    def in_kept_run(event: dict) -> bool:
+        return any(start <= event["ts"] <= end for start, end in windows)
+
+    executes = [e["dur"] for e in events if e.get("name") == "SequentialExecutor::Execute" and in_kept_run(e)]
+    totals: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith(KERNEL_SUFFIX) and in_kept_run(event):
+            op = event.get("args", {}).get("op_name", "?")
+            totals[op] += event["dur"]
+            calls[op] += 1
+    count = len(kept)
+    ops = [OpTiming(op, calls[op] / count, totals[op] / count) for op in totals]
+    ops.sort(key=lambda t: -t.us_per_run)
+    return ProfileTable(count, [e["dur"] for e in kept], executes, ops)

@@ -1,0 +1,55 @@
+"""One table builder reads onnxruntime's traces and ours the same way."""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+import pytest
+
+import runtime
+from runtime.profile_table import load_trace, profile_table
+from tests.oracle import MODELS, fixture_feeds
+
+MODEL = MODELS / "bert_torchscript_opset14.onnx"
+
+
+def _ort_trace(tmp_path, feeds, runs):
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "ort")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(MODEL), options, providers=["CPUExecutionProvider"])
+    for _ in range(runs):
+        session.run(None, feeds)
+    return load_trace(session.end_profiling())
+
+
+def _our_trace(tmp_path, feeds, runs):
+    options = runtime.SessionOptions(
+        graph_optimization_level="disabled", enable_profiling=True, profile_file_prefix=str(tmp_path / "ours")
+    )
+    session = runtime.InferenceSession(str(MODEL), options)
+    for _ in range(runs):
+        session.run(None, feeds)
+    return load_trace(session.end_profiling())
+
+
+def test_both_engines_give_the_same_table_shape(tmp_path):
+    import onnx
+
+    feeds = fixture_feeds(onnx.load(MODEL))
+    ours = profile_table(_our_trace(tmp_path, feeds, 3), skip_runs=1)
+    theirs = profile_table(_ort_trace(tmp_path, feeds, 3), skip_runs=1)
+    assert ours.runs == theirs.runs == 2
+    assert len(ours.execute_us) == len(theirs.execute_us) == 2
+    assert ours.median_model_run_ms >= ours.median_execute_ms > 0
+    # The unoptimized graph runs the same ops the same number of times in both engines,
+    # except those onnxruntime folds away while loading even with optimizations off.
+    our_calls = {t.op: t.calls_per_run for t in ours.ops}
+    their_calls = {t.op: t.calls_per_run for t in theirs.ops}
+    for op in ("MatMul", "Softmax", "Erf", "Add"):
+        assert our_calls[op] == their_calls[op], op
+
+
+def test_a_trace_without_runs_is_named_as_such():
+    with pytest.raises(ValueError, match="no model_run event"):
+        profile_table([{"cat": "Session", "name": "session_initialization", "ts": 0, "dur": 5}])
