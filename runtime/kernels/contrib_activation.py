@@ -2,7 +2,7 @@
 
 These exist to be cheaper than the chains they replace (Add -> Div -> Erf -> Add -> Mul -> Mul
 for BiasGelu). On numpy float32 with the usual layout (contiguous, bias over the last axis) the
-Gelus run one compiled pass (runtime/kernels/compiled.py), about ten times faster than the
+Gelus run one compiled pass (runtime/kernels/compiled.py), 4x (FastGelu) to 13x (BiasGelu) faster than the
 in-place ufunc sequence below, which remains the path for other dtypes, layouts and backends:
 it allocates only the output and does every later step in place (`out=`). The ONNX-domain
 Gelu lives in activation.py.

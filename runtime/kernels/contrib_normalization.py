@@ -104,7 +104,6 @@ class _SkipNormalization(Kernel):
             outputs += [mean.astype(np.float32, copy=False), inv_std.astype(np.float32, copy=False), summed]
         return tuple(outputs)
 
-
     def _compiled_fits(self, x, skip, gamma, beta, bias):
         """float32 numpy, contiguous, skip (B, S, H), (1, S, H) or (S, H), 1-D gamma/beta/bias."""
         params = [p for p in (gamma, beta, bias) if p is not None]

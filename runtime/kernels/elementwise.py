@@ -277,7 +277,7 @@ _ERFC_DEN = (
     1.65666309194161350182e3,
     5.57535340817727675546e2,
 )
-_ERF32_NUM = (
+ERF32_NUM = (
     -2.72614225801306e-10,
     2.77068142495902e-08,
     -2.10102402082508e-06,
@@ -286,10 +286,10 @@ _ERF32_NUM = (
     -2.95459980854025e-03,
     -1.60960333262415e-02,
 )
-_ERF32_DEN = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+ERF32_DEN = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
               -7.37332916720468e-03, -1.42647390514189e-02)  # fmt: skip
-_ERF32_NUM = tuple(np.float32(c) for c in _ERF32_NUM)
-_ERF32_DEN = tuple(np.float32(c) for c in _ERF32_DEN)
+ERF32_NUM = tuple(np.float32(c) for c in ERF32_NUM)
+ERF32_DEN = tuple(np.float32(c) for c in ERF32_DEN)
 
 
 def _horner(coefficients, x):
@@ -318,9 +318,9 @@ def _erf64(xp, x):
 def _erf32(xp, x):
     x = xp.clip(x, np.float32(-4.0), np.float32(4.0))
     x2 = x * x
-    result = _horner(_ERF32_NUM, x2)
+    result = _horner(ERF32_NUM, x2)
     result *= x
-    result /= _horner(_ERF32_DEN, x2)
+    result /= _horner(ERF32_DEN, x2)
     return xp.clip(result, np.float32(-1.0), np.float32(1.0))  # the fit overshoots 1 by an ulp or two
 
 

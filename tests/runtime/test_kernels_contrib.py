@@ -8,6 +8,10 @@ registry, as the executor will) on the same feeds. fp32 tolerances rtol 1e-3, at
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
@@ -15,9 +19,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from runtime.kernels import compiled
 from runtime.kernels.registry import find_kernel
 
 MS = "com.microsoft"
+ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 1e-3, 1e-4
 OPSETS = {"": 17, MS: 1}
 _NP_TO_ONNX = {
@@ -542,3 +548,221 @@ def test_fused_matmul_trans_batch_needs_equal_ranks():
         ValueError, match="FusedMatMul '.*': transBatchA/transBatchB need A and B of the same rank"
     ):
         run_ours(model, inputs)
+
+
+# ---------------------------------------------------------------- compiled loops and their fallback
+# On numpy float32 with contiguous inputs the Gelus, the skip normalizations and the attention
+# softmax run runtime/kernels/compiled.py's loops; everything else takes the array-API path.
+# These cases pin down which path ran (a spy on the loop) and check both against the oracle.
+
+
+@pytest.fixture
+def loop_calls(monkeypatch):
+    """Counts calls of each compiled loop by name; the loops still run."""
+    calls = {}
+
+    def spy(name):
+        real = getattr(compiled, name)
+
+        def counted(*args):
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args)
+
+        monkeypatch.setattr(compiled, name, counted)
+
+    for name in (
+        "gelu_rows",
+        "bias_gelu_rows",
+        "fast_gelu_rows",
+        "bias_fast_gelu_rows",
+        "skip_layer_norm_rows",
+        "masked_softmax_rows",
+    ):
+        spy(name)
+    return calls
+
+
+def strided(array):
+    """The same values as a non-contiguous view (every other element of a wider last axis)."""
+    wide = np.zeros((*array.shape[:-1], 2 * array.shape[-1]), array.dtype)
+    wide[..., ::2] = array
+    view = wide[..., ::2]
+    assert not view.flags.c_contiguous
+    return view
+
+
+def test_scalar_functions_of_the_loops_match_float64():
+    """erf32, tanh32 and exp32 stand in for library calls; their error is what Gelu and softmax inherit."""
+    grid = np.linspace(-10, 10, 20001, dtype=np.float32)
+    erf = np.array([compiled.erf32(v) for v in grid])
+    tanh = np.array([compiled.tanh32(v) for v in grid])
+    assert np.abs(erf - [math.erf(float(v)) for v in grid]).max() < 1e-6
+    assert np.abs(tanh - np.tanh(grid.astype(np.float64))).max() < 1e-6
+    below_zero = np.linspace(-86.4, 0, 20001, dtype=np.float32)
+    exp = np.array([compiled.exp32(v) for v in below_zero])
+    relative = np.abs(exp - np.exp(below_zero.astype(np.float64))) / np.exp(below_zero.astype(np.float64))
+    assert relative.max() < 1e-6
+    assert compiled.exp32(np.float32(-1e4)) == 0.0
+    assert compiled.exp32(np.float32(-np.inf)) == 0.0
+    assert compiled.exp32(np.float32(100.0)) == np.inf
+
+
+def test_gelu_loops_against_math_erf_and_tanh():
+    x = np.concatenate([np.linspace(-10, 10, 40001, dtype=np.float32), np.float32([np.inf, np.nan])])
+    rows = x.reshape(1, -1)
+    exact, tanh_form = np.empty_like(rows), np.empty_like(rows)
+    compiled.gelu_rows(rows, exact)
+    compiled.fast_gelu_rows(rows, tanh_form)
+    x64 = x.astype(np.float64)[:-2]
+    want_exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x64])
+    want_tanh = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    # float32 results of magnitude up to 10: 2 ulp there is 1.9e-6
+    assert np.abs(exact[0, :-2] - want_exact).max() < 2e-6
+    assert np.abs(tanh_form[0, :-2] - want_tanh).max() < 2e-6
+    assert exact[0, -2] == np.inf and tanh_form[0, -2] == np.inf
+    assert np.isnan(exact[0, -1]) and np.isnan(tanh_form[0, -1])
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 64), (3, 13), (1, 1, 13), (1, 5), (0, 4, 13)])
+@pytest.mark.parametrize(
+    ("op", "loop"),
+    [("Gelu", "gelu_rows"), ("BiasGelu", "bias_gelu_rows"), ("FastGelu", "bias_fast_gelu_rows")],
+)
+def test_gelus_take_the_compiled_loop(op, loop, shape, loop_calls):
+    x = rand(*shape, scale=3)
+    inputs = {"X": x} if op == "Gelu" else {"X": x, "bias": rand(shape[-1], seed=1)}
+    check(op, inputs)
+    assert loop_calls == ({} if x.size == 0 else {loop: 1})
+
+
+@pytest.mark.parametrize("op", ["Gelu", "BiasGelu", "FastGelu"])
+def test_gelus_fall_back_on_strided_input(op, loop_calls):
+    x = rand(2, 7, 13, scale=3)
+    inputs = {"X": x} if op == "Gelu" else {"X": x, "bias": rand(13, seed=1)}
+    model = one_node_model(op, inputs, [("Y", TensorProto.FLOAT)])
+    expected = run_ort(model, inputs)[0]
+    got = run_ours(model, {**inputs, "X": strided(x)})[0]
+    assert loop_calls == {}
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_fast_gelu_without_bias_takes_its_own_loop(loop_calls):
+    check("FastGelu", {"X": rand(4, 13, scale=3)})
+    assert loop_calls == {"fast_gelu_rows": 1}
+
+
+def test_gelus_in_float64_use_the_array_path():
+    """ORT's CPU Gelus are float-only, so the oracle here is the formula with math.erf / tanh."""
+    x = np.linspace(-6, 6, 1001).reshape(7, 143)
+    bias = np.linspace(-1, 1, 143)
+    for op, want in [
+        ("Gelu", np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))(x)),
+        ("BiasGelu", np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))(x + bias)),
+    ]:
+        inputs = {"X": x} if op == "Gelu" else {"X": x, "bias": bias}
+        node = ir.from_proto(
+            one_node_model(op, {k: v.astype(np.float32) for k, v in inputs.items()}, [("Y", F)])
+        )
+        kernel = find_kernel(MS, op, 1)(node.graph[0], 1)
+        got = kernel.run(*inputs.values())[0]
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=op)
+    y = x + bias
+    fast = find_kernel(MS, "FastGelu", 1)(
+        ir.from_proto(one_node_model("FastGelu", {"X": x.astype(np.float32)}, [("Y", F)])).graph[0], 1
+    ).run(x, bias)[0]
+    want = 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y**3)))
+    np.testing.assert_allclose(fast, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "skip_shape"),
+    [((2, 5, 13), (2, 5, 13)), ((2, 5, 13), (5, 13)), ((1, 1, 13), (1, 1, 13)), ((3, 4, 768), (1, 4, 768))],
+)
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "SkipSimplifiedLayerNormalization"])
+def test_skip_normalizations_take_the_compiled_loop(op, x_shape, skip_shape, loop_calls):
+    hidden = x_shape[-1]
+    inputs = {
+        "input": rand(*x_shape, scale=2),
+        "skip": rand(*skip_shape, seed=1),
+        "gamma": rand(hidden, seed=2),
+        "beta": rand(hidden, seed=3),
+        "bias": rand(hidden, seed=4),
+    }
+    outputs = SKIP_OUTPUTS
+    if op == "SkipSimplifiedLayerNormalization":
+        del inputs["beta"]
+        outputs = [("Y", F), ("", F), ("inv_std_var", F), ("input_skip_bias_sum", F)]
+    check(op, inputs, outputs=outputs, epsilon=1e-5)
+    assert loop_calls == {"skip_layer_norm_rows": 1}
+
+
+def test_skip_layer_normalization_falls_back_on_strided_input(loop_calls):
+    inputs = {"input": rand(2, 5, 13), "skip": rand(2, 5, 13, seed=1), "gamma": rand(13, seed=2)}
+    model = one_node_model("SkipLayerNormalization", inputs, SKIP_OUTPUTS, epsilon=1e-5)
+    expected = run_ort(model, inputs)
+    got = run_ours(model, {**inputs, "skip": strided(inputs["skip"])})
+    assert loop_calls == {}
+    for want, ours in zip(expected, got, strict=True):
+        np.testing.assert_allclose(ours, want, rtol=RTOL, atol=ATOL)
+
+
+def test_skip_layer_normalization_loop_keeps_precision_far_from_zero_mean():
+    """Rows at 1000 +- 1: E[x^2] - mean^2 in float32 would lose the variance to cancellation.
+
+    The oracle is float64 numpy (ORT's float kernel takes that shortcut, so it is not one here).
+    """
+    x = 1000 + rand(2, 3, 768)
+    skip, gamma, beta = np.zeros_like(x), np.ones(768, np.float32), np.zeros(768, np.float32)
+    model = one_node_model("SkipLayerNormalization", {"input": x, "skip": skip, "gamma": gamma}, [("Y", F)])
+    got = run_ours(model, {"input": x, "skip": skip, "gamma": gamma, "beta": beta})[0]
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-12)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("batch", "seq", "hidden", "mask_name"),
+    [(2, 6, 16, "none"), (2, 6, 16, "2d_raw"), (2, 6, 16, "3d"), (1, 1, 12, "none"), (3, 5, 20, "none")],
+)
+def test_attention_softmax_takes_the_compiled_loop(batch, seq, hidden, mask_name, loop_calls):
+    inputs = {
+        "input": rand(batch, seq, hidden),
+        "weights": rand(hidden, 3 * hidden, scale=0.5, seed=1),
+        "bias": rand(3 * hidden, seed=2),
+        "mask_index": _masks(batch, seq)[mask_name] if mask_name != "none" else None,
+    }
+    check("Attention", inputs, num_heads=4, unidirectional=1)
+    assert loop_calls == {"masked_softmax_rows": 1}
+
+
+def test_attention_softmax_falls_back_when_scores_are_an_output(loop_calls):
+    """MultiHeadAttention's qk output needs the scores before softmax, which the loop overwrites."""
+    inputs = {"query": rand(2, 6, 16), "key": rand(2, 6, 16, seed=1), "value": rand(2, 6, 16, seed=2)}
+    outputs = [("output", F), ("", F), ("", F), ("qk", F)]
+    check("MultiHeadAttention", inputs, outputs=outputs, num_heads=4)
+    assert loop_calls == {}
+
+
+def test_compiled_loops_run_where_numba_cannot_cache(tmp_path):
+    """No writable cache location must cost compile time, not an import error or a warning."""
+    script = (
+        "import numpy as np\n"
+        "from numba.core.caching import NullCache\n"
+        "from runtime.kernels import compiled\n"
+        "assert isinstance(compiled.bias_gelu_rows._cache, NullCache)  # the uncached fallback ran\n"
+        "x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(4, 16)\n"
+        "out = np.empty_like(x)\n"
+        "compiled.bias_gelu_rows(x, np.zeros(16, np.float32), out)\n"
+        "print(repr(float(out.sum())))\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_LOCATOR_CLASSES": "ZipCacheLocator", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(4, 16)
+    out = np.empty_like(x)
+    compiled.bias_gelu_rows(x, np.zeros(16, np.float32), out)
+    assert float(result.stdout) == float(out.sum())

@@ -1,0 +1,352 @@
+"""Compiled inner loops for the fused (com.microsoft) kernels on numpy, float32.
+
+A fused kernel exists to be cheaper than the chain it replaces, and that has to show in our own
+timings, not only in ONNX Runtime's. numpy cannot run a chain of elementwise steps in one pass:
+every ufunc reads and writes the whole tensor, so BiasGelu is about twenty passes over a
+1x128x3072 tensor however the buffers are reused, and it stays several times slower than the
+one-pass loop ONNX Runtime runs. These loops do each fused op in one pass over its rows (two or
+three passes over one row while it sits in L1, for the normalizations and softmax), compiled by
+numba for the host CPU.
+
+What the loops rely on, and why:
+  - No transcendental library calls in a loop body. This numba has no SVML, so `math.exp` or
+    `math.tanh` would be a scalar call per element and stop LLVM from vectorizing. erf is the
+    float32 rational fit Eigen and XLA use (the coefficients of runtime/kernels/elementwise.py's
+    Erf, so there is one erf in the project), tanh is Eigen's float32 rational fit, and exp is
+    Cephes' expf (range reduction by ln 2, a degree-5 polynomial, the power of two built in the
+    exponent bits). Each is a few ulp; tests/runtime/test_kernels_contrib.py measures them.
+  - Clamps are conditional expressions, not min()/max(): they compile to vector selects.
+  - fastmath without `nnan`/`ninf`: reassociation (so row sums vectorize), contraction into FMA,
+    reciprocal division; but infinities and NaNs keep their IEEE meaning, as the masks rely on
+    (-inf, the float32 minimum) and as onnxruntime's results have them.
+  - `cache=True`: compiling all loops takes seconds; the machine code is written next to this
+    module (`__pycache__`, or numba's user-wide cache directory where that is read-only) and
+    reused by every later process. Where numba finds nowhere to write, the loops compile per
+    process (`_compiled`). numba keys the cache on this file's content only, so a change to the
+    erf coefficients in elementwise.py reaches these loops once the stale cache is deleted
+    (`rm runtime/kernels/__pycache__/compiled.*.nb[ci]`) or this file changes.
+  - No `parallel=True`. prange over rows halves BiasGelu on its own (0.21 -> 0.11 ms on the
+    2-core target), but made a whole BERT-base run slower, 121 -> 199 ms: numba's OpenMP workers
+    and OpenBLAS's threads both spin-wait after their parallel regions, and in a sequential
+    executor, where GEMMs and these loops alternate, each pool steals the other's cores.
+
+Callers pass C-contiguous float32 2-D row views (`rows = x.reshape(-1, width)`); anything else
+takes the kernels' numpy path.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir as llvm_ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from runtime.kernels.elementwise import ERF32_DEN, ERF32_NUM
+
+# No `nnan`/`ninf`: see the module docstring.
+_OPTIONS = {
+    "fastmath": {"nsz", "arcp", "contract", "afn", "reassoc"},
+    "error_model": "numpy",
+    "boundscheck": False,
+    "nogil": True,
+}
+
+
+def _compiled(function=None, **extra):
+    """numba.njit with this module's options, cached on disk where numba finds a place to write.
+
+    numba looks for a writable `__pycache__` beside this file, then a user-wide cache directory;
+    where neither exists (a read-only install with no writable home) it raises at decoration,
+    which would make the whole runtime unimportable. There the loops compile per process instead
+    (seconds at first use, the same machine code).
+    """
+
+    def decorate(python_function):
+        try:
+            return njit(cache=True, **_OPTIONS, **extra)(python_function)
+        except RuntimeError as error:
+            if "cannot cache" not in str(error):
+                raise
+            return njit(cache=False, **_OPTIONS, **extra)(python_function)
+
+    return decorate if function is None else decorate(function)
+
+
+_F = np.float32
+_SQRT_HALF = _F(1.0 / math.sqrt(2.0))
+_SQRT_2_OVER_PI = _F(math.sqrt(2.0 / math.pi))
+_FAST_GELU_CUBIC = _F(math.sqrt(2.0 / math.pi) * 0.044715)
+_ERF_P0, _ERF_P1, _ERF_P2, _ERF_P3, _ERF_P4, _ERF_P5, _ERF_P6 = ERF32_NUM
+_ERF_Q0, _ERF_Q1, _ERF_Q2, _ERF_Q3, _ERF_Q4 = ERF32_DEN
+
+
+def accepts(xp, *arrays) -> bool:
+    """Whether these loops can take the arrays: numpy (not CuPy), float32, C-contiguous, non-empty.
+
+    Anything else (float64, float16, strided views, empty tensors, a GPU backend) takes the
+    kernel's array-API path, which is also the reference these loops are tested against.
+    """
+    return xp is np and all(
+        isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous and a.size > 0
+        for a in arrays
+    )
+
+
+# ---------------------------------------------------------------- scalar building blocks
+
+
+@_compiled(inline="always")
+def erf32(x):
+    """Eigen's float32 erf: x P(x^2) / Q(x^2) on [-4, 4] (erf(4) = 1 - 1.5e-8), clipped to [-1, 1]."""
+    x = x if x < _F(4.0) else _F(4.0)
+    x = x if x > _F(-4.0) else _F(-4.0)
+    x2 = x * x
+    p = (
+        (((((_ERF_P0 * x2 + _ERF_P1) * x2 + _ERF_P2) * x2 + _ERF_P3) * x2 + _ERF_P4) * x2 + _ERF_P5) * x2
+        + _ERF_P6
+    ) * x
+    q = (((_ERF_Q0 * x2 + _ERF_Q1) * x2 + _ERF_Q2) * x2 + _ERF_Q3) * x2 + _ERF_Q4
+    r = p / q
+    r = r if r < _F(1.0) else _F(1.0)  # the fit overshoots 1 by an ulp or two
+    return r if r > _F(-1.0) else _F(-1.0)
+
+
+_TANH_ALPHA = tuple(
+    _F(c)
+    for c in (
+        -2.76076847742355e-16,
+        2.00018790482477e-13,
+        -8.60467152213735e-11,
+        5.12229709037114e-08,
+        1.48572235717979e-05,
+        6.37261928875436e-04,
+        4.89352455891786e-03,
+    )
+)
+_TANH_BETA = tuple(
+    _F(c) for c in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+)
+_TANH_P0, _TANH_P1, _TANH_P2, _TANH_P3, _TANH_P4, _TANH_P5, _TANH_P6 = _TANH_ALPHA
+_TANH_Q0, _TANH_Q1, _TANH_Q2, _TANH_Q3 = _TANH_BETA
+_TANH_CLAMP = _F(7.90531110763549805)  # beyond it tanh rounds to +-1 in float32
+
+
+@_compiled(inline="always")
+def tanh32(x):
+    """Eigen's float32 tanh: x P(x^2) / Q(x^2) on [-7.905, 7.905]."""
+    x = x if x < _TANH_CLAMP else _TANH_CLAMP
+    x = x if x > -_TANH_CLAMP else -_TANH_CLAMP
+    x2 = x * x
+    p = (
+        (((((_TANH_P0 * x2 + _TANH_P1) * x2 + _TANH_P2) * x2 + _TANH_P3) * x2 + _TANH_P4) * x2 + _TANH_P5)
+        * x2
+        + _TANH_P6
+    ) * x
+    q = ((_TANH_Q0 * x2 + _TANH_Q1) * x2 + _TANH_Q2) * x2 + _TANH_Q3
+    return p / q
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """Reinterpret an int32's bits as a float32 (a register move; LLVM vectorizes it)."""
+    signature = types.float32(types.int32)
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], llvm_ir.FloatType())
+
+    return signature, codegen
+
+
+@intrinsic
+def _float32_bits(typingctx, value):
+    """Reinterpret a float32's bits as an int32."""
+    signature = types.int32(types.float32)
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], llvm_ir.IntType(32))
+
+    return signature, codegen
+
+
+_SIGN_SHIFT = np.int32(31)
+_MAGNITUDE = np.int32(0x7FFFFFFF)
+_LOWEST_KEY = np.int32(-(2**31))
+
+
+@_compiled(inline="always")
+def _ordered_bits(x):
+    """An int32 that orders as the float32 x does: negative floats get their magnitude bits flipped."""
+    bits = _float32_bits(x)
+    return bits ^ ((bits >> _SIGN_SHIFT) & _MAGNITUDE)
+
+
+@_compiled(inline="always")
+def _ordered_bits_inverse(key):
+    """The float32 bits `_ordered_bits` came from (the map is its own inverse)."""
+    return key ^ ((key >> _SIGN_SHIFT) & _MAGNITUDE)
+
+
+_INF = _F(np.inf)
+_EXP_HI = _F(88.3762626647949)  # exp overflows float32 above it
+# Below it exp(x) < 3e-38 and we return 0: the last normal float32s would cost a subnormal
+# intermediate (a microcode assist, ~100x slower per element) on every masked score.
+_EXP_LO = _F(-86.5)
+_LOG2E = _F(1.44269504088896341)
+_LN2_HI, _LN2_LO = _F(0.693359375), _F(-2.12194440e-4)
+_EXP_POLY = tuple(
+    _F(c)
+    for c in (
+        1.9875691500e-4,
+        1.3981999507e-3,
+        8.3334519073e-3,
+        4.1665795894e-2,
+        1.6666665459e-1,
+        5.0000001201e-1,
+    )
+)
+_EXP_P0, _EXP_P1, _EXP_P2, _EXP_P3, _EXP_P4, _EXP_P5 = _EXP_POLY
+
+
+@_compiled(inline="always")
+def exp32(x):
+    """Cephes' expf: exp(x) = 2^n exp(r), n = round(x / ln 2), |r| <= ln 2 / 2.
+
+    inf above 88.376 (exact exp overflows at 88.72: the softmax never asks, its arguments are <= 0),
+    0 below -86.5.
+    """
+    xc = x if x < _EXP_HI else _EXP_HI
+    xc = xc if xc > _EXP_LO else _EXP_LO
+    n = np.floor(xc * _LOG2E + _F(0.5))
+    r = xc - n * _LN2_HI
+    r = r - n * _LN2_LO
+    r2 = r * r
+    y = (
+        (((((_EXP_P0 * r + _EXP_P1) * r + _EXP_P2) * r + _EXP_P3) * r + _EXP_P4) * r + _EXP_P5) * r2
+        + r
+        + _F(1.0)
+    )
+    y = y * _float32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+    y = y if x < _EXP_HI else _INF
+    return y if x > _EXP_LO else _F(0.0)
+
+
+@_compiled(inline="always")
+def _gelu(x):
+    return _F(0.5) * x * (_F(1.0) + erf32(x * _SQRT_HALF))
+
+
+@_compiled(inline="always")
+def _fast_gelu(x):
+    inner = x * (_SQRT_2_OVER_PI + _FAST_GELU_CUBIC * x * x)
+    return _F(0.5) * x * (_F(1.0) + tanh32(inner))
+
+
+# ---------------------------------------------------------------- activations
+
+
+@_compiled
+def gelu_rows(x, out):
+    """out = Gelu(x), exact (erf) form; x and out are (rows, width)."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = _gelu(x[i, j])
+
+
+@_compiled
+def bias_gelu_rows(x, bias, out):
+    """out = Gelu(x + bias), bias broadcast over the rows."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = _gelu(x[i, j] + bias[j])
+
+
+@_compiled
+def fast_gelu_rows(x, out):
+    """out = FastGelu(x), the tanh form."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = _fast_gelu(x[i, j])
+
+
+@_compiled
+def bias_fast_gelu_rows(x, bias, out):
+    """out = FastGelu(x + bias)."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = _fast_gelu(x[i, j] + bias[j])
+
+
+# ---------------------------------------------------------------- normalization
+
+
+@_compiled
+def skip_layer_norm_rows(x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std):
+    """out = normalize(x + skip + bias) * gamma + beta, row by row over (rows, width) views.
+
+    `skip` has rows or a divisor of them (a (S, H) skip repeats for every batch). `summed` gets
+    the sum (it may be `out` itself when the sum isn't an output); `mean` and `inv_std` get one
+    value per row. `centered=False` is the RMS (simplified) form: no mean, mean left 0.
+
+    Statistics are accumulated in float32, as onnxruntime's float kernel does; at hidden 768 the
+    rounding is ~1e-7 relative. The variance is taken about the mean in a second pass over the
+    row (still in L1) rather than as E[x^2] - mean^2, which cancels when |mean| >> std.
+    """
+    rows, width = x.shape
+    skip_rows = skip.shape[0]
+    scale = _F(1.0) / _F(width)
+    for i in range(rows):
+        s = i % skip_rows
+        total = _F(0.0)
+        for j in range(width):
+            value = x[i, j] + skip[s, j] + bias[j]
+            summed[i, j] = value
+            total += value
+        mu = total * scale if centered else _F(0.0)
+        square = _F(0.0)
+        for j in range(width):
+            d = summed[i, j] - mu
+            square += d * d
+        r = _F(1.0) / np.sqrt(square * scale + epsilon)
+        for j in range(width):
+            out[i, j] = (summed[i, j] - mu) * r * gamma[j] + beta[j]
+        mean[i] = mu
+        inv_std[i] = r
+
+
+# ---------------------------------------------------------------- attention
+
+
+@_compiled
+def masked_softmax_rows(scores, mask):
+    """softmax(scores + mask) over the last axis, in place, for scores (B, N, S, T).
+
+    `mask` is additive (Bm, Sm, T) with Bm in {1, B} and Sm in {1, S}: broadcast over heads, and
+    over batch or query rows where it has one. Each score row is read once from memory; the max,
+    exp and sum passes run over it in L1. The row max is taken over `_ordered_bits` keys: LLVM
+    leaves a float max reduction scalar (about 3x slower here) but vectorizes an integer one.
+    """
+    batch, heads, seq, _ = scores.shape
+    mask_batches, mask_rows = mask.shape[0], mask.shape[1]
+    for b in range(batch):
+        mb = b if mask_batches > 1 else 0
+        for n in range(heads):
+            for s in range(seq):
+                row = scores[b, n, s]
+                mask_row = mask[mb, s if mask_rows > 1 else 0]
+                peak_key = _LOWEST_KEY
+                for t in range(row.shape[0]):
+                    value = row[t] + mask_row[t]
+                    row[t] = value
+                    key = _ordered_bits(value)
+                    peak_key = key if key > peak_key else peak_key
+                peak = _float32_from_bits(_ordered_bits_inverse(peak_key))
+                norm = _F(0.0)
+                for t in range(row.shape[0]):
+                    e = exp32(row[t] - peak)
+                    row[t] = e
+                    norm += e
+                inverse = _F(1.0) / norm
+                for t in range(row.shape[0]):
+                    row[t] *= inverse
