@@ -225,6 +225,26 @@ class MeanVarianceNormalization(Kernel):
         return (y.astype(x.dtype, copy=False),)
 
 
+class LpNormalization(Kernel):
+    """x / ||x||_p along axis, p in {1, 2}."""
+
+    op_type, since_version = "LpNormalization", 1
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = self.attr("axis", -1)
+        self.p = self.attr("p", 2)
+
+    def run(self, x):
+        xp = self.xp
+        if self.p == 1:
+            norm = xp.sum(xp.abs(x), axis=self.axis, keepdims=True)
+        else:
+            norm = xp.sqrt(xp.sum(x * x, axis=self.axis, keepdims=True))
+        # A zero vector stays zero rather than becoming 0/0 = NaN (the spec's reference does the same).
+        return (xp.where(norm == 0, 0, x / xp.where(norm == 0, 1, norm)).astype(x.dtype, copy=False),)
+
+
 KERNELS = [
     BatchNormalization,
     LayerNormalization,
@@ -233,4 +253,5 @@ KERNELS = [
     GroupNormalization,
     LRN,
     MeanVarianceNormalization,
+    LpNormalization,
 ]

@@ -201,17 +201,20 @@ class ArgMin(_ArgExtreme):
 # ---- running sums -----------------------------------------------------------------------------
 
 
-class CumSum(Kernel):
-    """Running sum along the axis given as a 0-d input. `exclusive` shifts the sums by one
-    (the first is 0) by summing all but the last element into a zeroed output, which stays
-    exact where subtracting x back out would not; `reverse` sums from the end."""
+class _Cumulative(Kernel):
+    """Running sum or product along the axis given as a 0-d input. `exclusive` shifts the
+    results by one (the first is the identity) by scanning all but the last element into an
+    identity-filled output, which stays exact where undoing the last step would not;
+    `reverse` scans from the end. Subclasses name the numpy scan and its identity."""
 
-    op_type, since_version = "CumSum", 11
+    scan_name = ""
+    identity = 0
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
         self.exclusive = bool(self.attr("exclusive", 0))
         self.reverse = bool(self.attr("reverse", 0))
+        self.scan = getattr(self.xp, self.scan_name)
 
     def run(self, x, axis):
         xp = self.xp
@@ -223,13 +226,21 @@ class CumSum(Kernel):
             tail = [slice(None)] * x.ndim
             head[axis] = slice(None, -1)
             tail[axis] = slice(1, None)
-            y = xp.zeros_like(x)
-            xp.cumsum(x[tuple(head)], axis=axis, dtype=x.dtype, out=y[tuple(tail)])
+            y = xp.full_like(x, self.identity)
+            self.scan(x[tuple(head)], axis=axis, dtype=x.dtype, out=y[tuple(tail)])
         else:
-            y = xp.cumsum(x, axis=axis, dtype=x.dtype)
+            y = self.scan(x, axis=axis, dtype=x.dtype)
         if self.reverse:
             y = xp.flip(y, axis=axis)
-        return (xp.asarray(y),)
+        return (xp.ascontiguousarray(y),)
+
+
+class CumSum(_Cumulative):
+    op_type, since_version, scan_name, identity = "CumSum", 11, "cumsum", 0
+
+
+class CumProd(_Cumulative):
+    op_type, since_version, scan_name, identity = "CumProd", 26, "cumprod", 1
 
 
 KERNELS = [
@@ -237,4 +248,5 @@ KERNELS = [
     ArgMax,
     ArgMin,
     CumSum,
+    CumProd,
 ]

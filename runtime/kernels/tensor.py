@@ -517,11 +517,38 @@ class Dropout(Kernel):
             keep = np.random.RandomState(self.seed).uniform(0.0, 1.0, data.shape) >= drop
             keep = self.backend.from_host(keep)
             output = (data * keep / data.dtype.type(1.0 - drop)).astype(data.dtype, copy=False)
-            return (output, keep if self.mask_is_bool else keep.astype(data.dtype)) if self.want_mask else (output,)
+            return (
+                (output, keep if self.mask_is_bool else keep.astype(data.dtype))
+                if self.want_mask
+                else (output,)
+            )
         if not self.want_mask:
             return (data,)
         mask = self.xp.ones(data.shape, dtype=bool if self.mask_is_bool else data.dtype)
         return (data, mask)
+
+
+class ReverseSequence(Kernel):
+    """Reverse the first sequence_lens[i] items of each batch entry along time_axis."""
+
+    op_type, since_version = "ReverseSequence", 10
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.batch_axis = self.attr("batch_axis", 1)
+        self.time_axis = self.attr("time_axis", 0)
+
+    def run(self, x, sequence_lens):
+        xp = self.xp
+        lengths = self.backend.to_host(sequence_lens).astype(np.int64).reshape(-1)
+        steps = np.arange(x.shape[self.time_axis])[:, None]
+        order = np.where(steps < lengths[None, :], lengths[None, :] - 1 - steps, steps)  # [time, batch]
+        if self.time_axis > self.batch_axis:
+            order = order.T
+        shape = [1] * x.ndim
+        shape[self.time_axis], shape[self.batch_axis] = x.shape[self.time_axis], x.shape[self.batch_axis]
+        index = xp.asarray(order.reshape(shape))
+        return (xp.take_along_axis(x, xp.broadcast_to(index, x.shape), axis=self.time_axis),)
 
 
 KERNELS = [
@@ -552,4 +579,5 @@ KERNELS = [
     Trilu,
     Identity,
     Dropout,
+    ReverseSequence,
 ]
