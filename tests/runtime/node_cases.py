@@ -5,8 +5,8 @@ suite in memory: a one-node model, its input and expected output arrays, and the
 the case was written for. A kernel family's test picks the cases whose node op its `KERNELS`
 claim at the case's opset, builds the registry's kernel for the node, and compares.
 
-A kernel that raises UnsupportedOp while being built has declined that node's variant, so
-the case is reported as a skip ("declined"), separate from passes and failures.
+A kernel that raises UnsupportedOp has declined that node's variant; for an op the family
+claims, that fails the case (runtime/conformance.py treats such models as not claimed).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from onnx import numpy_helper
 
 from runtime.kernels import registry
-from runtime.kernels.base import Kernel, UnsupportedOp
+from runtime.kernels.base import Kernel
 
 
 @dataclass(frozen=True)
@@ -152,15 +152,13 @@ def assert_matches(name: str, actual, expected: np.ndarray, rtol: float, atol: f
 
 def node_case_test(kernels: list[type[Kernel]]):
     """A test over every node case of `kernels`, one parametrized run each; a family's test
-    module binds it as `test_node_case = node_case_test(family.KERNELS)`."""
+    module binds it as `test_node_case = node_case_test(family.KERNELS)`. A kernel that
+    declines a case of an op it claims (UnsupportedOp) fails it: that is a gap, not a skip."""
     cases = list(node_cases(kernels))
 
     @pytest.mark.parametrize("case", cases, ids=[case.name for case in cases])
     def test_node_case(case):
-        try:
-            results = run_case(case)
-        except UnsupportedOp as declined:
-            pytest.skip(f"declined: {declined}")
+        results = run_case(case)
         assert len(results) == len(case.outputs)
         for actual, expected in zip(results, case.outputs, strict=True):
             assert_matches(case.name, actual, expected, case.rtol, case.atol)

@@ -7,11 +7,10 @@ import pytest
 
 from runtime.kernels import col2im
 from tests.runtime.node_cases import (
-    assert_matches,
     assert_same_as_onnxruntime,
+    node_case_test,
     node_cases,
     one_node_model,
-    run_case,
     run_kernel,
 )
 
@@ -22,12 +21,7 @@ def test_every_col2im_case_is_collected():
     assert len(CASES) == 5
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    results = run_case(case)
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(col2im.KERNELS)
 
 
 RNG = np.random.default_rng(0)

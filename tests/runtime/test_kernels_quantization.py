@@ -10,11 +10,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from runtime.kernels import quantization
 from tests.runtime.node_cases import (
-    assert_matches,
     assert_same_as_onnxruntime,
+    node_case_test,
     node_cases,
     one_node_model,
-    run_case,
     run_kernel,
     run_onnxruntime,
 )
@@ -28,12 +27,7 @@ def test_every_case_of_the_family_is_collected():
     assert len(CASES) == 41
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    results = run_case(case)  # no variant is declined: a decline would fail here
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(quantization.KERNELS)
 
 
 # ---------------------------------------------------------------- against onnxruntime

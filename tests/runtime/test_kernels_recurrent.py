@@ -8,10 +8,9 @@ import pytest
 from runtime.kernels import recurrent
 from runtime.kernels.base import UnsupportedOp
 from tests.runtime.node_cases import (
-    assert_matches,
+    node_case_test,
     node_cases,
     one_node_model,
-    run_case,
     run_kernel,
     run_onnxruntime,
 )
@@ -23,12 +22,7 @@ def test_every_rnn_gru_lstm_case_is_collected():
     assert len(CASES) == 18
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    results = run_case(case)  # no variant is declined: a decline would fail here
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(recurrent.KERNELS)
 
 
 # ---------------------------------------------------------------- against onnxruntime

@@ -8,11 +8,10 @@ import pytest
 from runtime.kernels import resize
 from runtime.kernels.base import UnsupportedOp
 from tests.runtime.node_cases import (
-    assert_matches,
     assert_same_as_onnxruntime,
+    node_case_test,
     node_cases,
     one_node_model,
-    run_case,
     run_kernel,
 )
 
@@ -24,12 +23,7 @@ def test_every_resize_and_upsample_case_is_collected():
     assert [c.name for c in CASES if c.name.startswith("test_upsample")] == ["test_upsample_nearest"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    results = run_case(case)  # every variant is supported: a decline would be a failure here
-    assert len(results) == len(case.outputs)
-    for actual, expected in zip(results, case.outputs, strict=True):
-        assert_matches(case.name, actual, expected, case.rtol, case.atol)
+test_node_case = node_case_test(resize.KERNELS)
 
 
 # ---------------------------------------------------------------- against onnxruntime
