@@ -132,7 +132,9 @@ def _replace_with_initializers(graph: ir.Graph, node: ir.Node, arrays: list[np.n
     """Put one initializer in place of each output of `node`, under the output's name, and drop it."""
     replacements = []
     for value, array in zip(node.outputs, arrays, strict=True):
-        tensor = ir.tensor(np.asarray(array, order="C"), name=value.name)  # ascontiguousarray would make 0-d arrays 1-d
+        # ascontiguousarray would make 0-d arrays 1-d. ir.Tensor directly, not ir.tensor: that
+        # first tests for a runtime-checkable Protocol, which costs more than the fold.
+        tensor = ir.Tensor(np.asarray(array, order="C"), name=value.name)
         replacement = ir.Value(name=None, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
         value.replace_all_uses_with(replacement)
         replacements.append((value, replacement))

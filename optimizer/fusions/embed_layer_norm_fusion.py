@@ -32,6 +32,7 @@ from optimizer.match import (
     const_array,
     consumers,
     describe,
+    is_const,
     is_op,
     producer,
     rank,
@@ -65,7 +66,7 @@ class EmbedLayerNormFusion(Rule):
             if int(attr(gather, "axis", 0)) != 0:
                 return fail("embedding", f"{describe(gather)} gathers along axis {attr(gather, 'axis')}, not rows of a table")
             table = static_shape(gather.inputs[0])
-            if const_array(gather.inputs[0]) is None or table is None or len(table) != 2:
+            if not is_const(gather.inputs[0]) or table is None or len(table) != 2:
                 return fail("embedding", f"table '{value_name(gather.inputs[0])}' of {describe(gather)} is not a constant 2-D tensor")
         hidden = static_shape(word.inputs[0])[1]
         for gather in others:
