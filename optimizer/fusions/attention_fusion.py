@@ -41,10 +41,12 @@ from optimizer.match import (
     consumers,
     describe,
     input_at,
+    is_const,
     is_custom,
     is_op,
     producer,
     rank,
+    static_shape,
 )
 from optimizer.rule import Match, Rule, fail
 
@@ -226,6 +228,31 @@ def _trace_projection(value: ir.Value):
     return projection
 
 
+class _Weight:
+    """A projection weight [in, out] whose data is decoded only when the packed weight is built.
+
+    Matching needs only its shape and dtype; decoding every Q/K/V weight of a 12-layer model
+    just to look at them would cost more than the whole rewrite.
+    """
+
+    def __init__(self, value: ir.Value, shape: tuple[int, ...], transpose: bool = False) -> None:
+        self.value = value
+        self.transpose = transpose
+        self.shape = shape[::-1] if transpose else shape
+        self.dtype = value.const_value.dtype.numpy()
+
+    def array(self) -> np.ndarray:
+        data = const_array(self.value)
+        return data.T if self.transpose else data
+
+
+def _weight(value: ir.Value | None, transpose: bool = False) -> _Weight | None:
+    shape = static_shape(value) if is_const(value) else None
+    if shape is None or len(shape) != 2:
+        return None
+    return _Weight(value, shape, transpose)
+
+
 def _linear(node: ir.Node | None):
     """(x, W [in, out], b [out], nodes) for MatMul(+Add) or Reshape->Gemm->Reshape, else None."""
     if is_op(node, "Add"):
@@ -233,13 +260,13 @@ def _linear(node: ir.Node | None):
             matmul = producer(out)
             bias = const_array(b)
             if is_op(matmul, "MatMul") and bias is not None and bias.ndim == 1:
-                weight = const_array(matmul.inputs[1])
-                if weight is not None and weight.ndim == 2 and weight.shape[1] == bias.shape[0]:
+                weight = _weight(matmul.inputs[1])
+                if weight is not None and weight.shape[1] == bias.shape[0]:
                     return matmul.inputs[0], weight, bias, [matmul, node], (matmul.inputs[1], b)
         return None
     if is_op(node, "MatMul"):
-        weight = const_array(node.inputs[1])
-        if weight is not None and weight.ndim == 2:
+        weight = _weight(node.inputs[1])
+        if weight is not None:
             return node.inputs[0], weight, np.zeros(weight.shape[1], weight.dtype), [node], None
         return None
     if is_op(node, "Gemm"):  # Conv1D: Reshape(X, [-1, in]) -> Gemm; the chain reshapes back
@@ -250,15 +277,13 @@ def _linear(node: ir.Node | None):
 def _gemm_linear(gemm: ir.Node | None):
     if not is_op(gemm, "Gemm") or attr(gemm, "transA", 0) or attr(gemm, "alpha", 1.0) != 1.0:
         return None
-    weight = const_array(gemm.inputs[1])
+    weight = _weight(gemm.inputs[1], transpose=bool(attr(gemm, "transB", 0)))
     bias = const_array(input_at(gemm, 2))
-    if weight is None or weight.ndim != 2:
+    if weight is None:
         return None
     as_is = None  # the initializers themselves, when Attention can take them unchanged
     if not attr(gemm, "transB", 0) and bias is not None and bias.shape == (weight.shape[1],) and attr(gemm, "beta", 1.0) == 1.0:
         as_is = (gemm.inputs[1], gemm.inputs[2])
-    if attr(gemm, "transB", 0):
-        weight = weight.T
     if bias is None:
         bias = np.zeros(weight.shape[1], weight.dtype)
     else:
@@ -630,7 +655,7 @@ def _packed_weights(op: ir.tape.Tape, match: Match) -> tuple[ir.Value, ir.Value]
     # Packing copies every projection weight (85 MB on BERT-base); it is deferred to when the
     # weights are read or saved, so the graph rewrite itself stays cheap.
     def packed_weight() -> ir.Tensor:
-        return ir.tensor(np.concatenate([_columns(w, cols) for w, _, cols in parts], axis=1))
+        return ir.tensor(np.concatenate([_columns(w.array(), cols) for w, _, cols in parts], axis=1))
 
     def packed_bias() -> ir.Tensor:
         return ir.tensor(np.concatenate([_columns(b, cols) for _, b, cols in parts]))
