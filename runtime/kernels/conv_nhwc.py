@@ -5,7 +5,8 @@ spatial axes is (N, *out, *kernel, C): the im2col matrix is that view reshaped t
 (N*P, K*C) — one copy, already in the order the pre-reshaped weight (K*C, M) wants — and
 one GEMM writes (N*P, M), which *is* the NHWC output. Bias, the residual sum Z and the
 activation are then applied in place on that buffer, so FusedConv's epilogue costs no
-extra temporaries.
+extra temporaries; on numpy float32 with Relu or no activation (ResNet's case) that is one
+compiled pass (runtime/kernels/compiled.py) instead of one numpy pass per term.
 
 Ops, with their domain and why (see optimizer/fusions/nhwc_conv_layout.py):
   com.microsoft.NhwcFusedConv   ONNX Runtime's op: X and Y NHWC, W in Conv's (M, C/g, *k)
@@ -27,6 +28,7 @@ import numpy as np
 
 from optimizer.match import FUSIONWATCH
 from runtime.backends import numpy_backend
+from runtime.kernels import compiled
 from runtime.kernels.base import Kernel, UnsupportedOp
 from runtime.kernels.conv import _Convolution, conv_output_sizes, spatial_pads
 from runtime.kernels.pool import _window_maxima, _window_sums, _WindowPool
@@ -54,6 +56,11 @@ def _channels_last_windows(xp, padded, kernel, out, strides, dilations):
         sc,
     )
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=steps, writeable=False)
+
+
+# What `compiled.conv_epilogue_rows` takes for an absent bias or residual: empty, one signature.
+_NO_BIAS = np.empty(0, dtype=np.float32)
+_NO_RESIDUAL = np.empty((0, 0), dtype=np.float32)
 
 
 # --- the fused activations ONNX Runtime's FusedConv accepts, applied in place ------------------
@@ -221,14 +228,32 @@ class NhwcFusedConv(_Convolution):
             grouped = xp.moveaxis(grouped, 1 + spatial, 0).reshape(g, rows, -1)
             y = xp.matmul(grouped, weight)  # (g, rows, M/g)
             y = xp.ascontiguousarray(y.transpose(1, 0, 2)).reshape(rows, m)
-        if b is not None:
-            y += b
-        if z is not None:
-            y += z.reshape(rows, m)
-        if self.activation is not None:
-            function, params = self.activation
-            function(xp, y, params)
+        residual = None if z is None else z.reshape(rows, m)
+        if not self._epilogue_compiled(y, b, residual):
+            if b is not None:
+                y += b
+            if residual is not None:
+                y += residual
+            if self.activation is not None:
+                function, params = self.activation
+                function(xp, y, params)
         return (y.reshape(n, *out, m).astype(dtype, copy=False),)
+
+    def _epilogue_compiled(self, y, b, residual):
+        """Bias, residual and Relu (or no activation) in one compiled pass over y, when it can."""
+        relu = self.activation is not None and self.activation[0] is _relu
+        if self.activation is not None and not relu:
+            return False
+        present = [a for a in (y, b, residual) if a is not None]
+        if not compiled.accepts(self.xp, *present) or (b is not None and b.shape != (y.shape[1],)):
+            return False
+        compiled.conv_epilogue_rows(
+            y,
+            _NO_BIAS if b is None else b,
+            _NO_RESIDUAL if residual is None else residual,
+            relu,
+        )
+        return True
 
 
 class _NhwcWindowPool(_WindowPool):
@@ -251,7 +276,13 @@ class NhwcMaxPool(_NhwcWindowPool):
 
     def run(self, x):
         xp = self.xp
-        _, taps, begin, end = self.plan(x.shape)
+        geometry, taps, begin, end = self.plan(x.shape)
+        if len(geometry.out) == 2 and compiled.accepts(xp, x):
+            out = xp.empty((x.shape[0], *geometry.out, x.shape[-1]), dtype=x.dtype)
+            compiled.max_pool_channels_last_2d(
+                x, *geometry.kernel, *geometry.strides, *geometry.dilations, *geometry.begin, out
+            )
+            return (out,)
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         return (_window_maxima(xp, _channels_last_padded(xp, x, begin, end, fill), taps),)
 

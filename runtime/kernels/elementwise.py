@@ -97,14 +97,40 @@ class Div(BinaryUfunc):
 
 
 class Pow(Kernel):
-    """The output keeps the base's type, whatever the exponent's (Pow-12 allows mixing)."""
+    """The output keeps the base's type, whatever the exponent's (Pow-12 allows mixing).
+
+    A float32/float64 base with a one-element exponent of 2 or 3 (layer norm's variance, GPT-2's
+    tanh Gelu) is multiplied out, as ONNX Runtime's Pow does: np.power calls libm pow per
+    element, 7.6 ms on a 1x128x3072 float32 tensor against 0.3 ms. The products agree with pow
+    to an ulp or two, keep its inf, NaN and signed-zero results, and broadcast the same way.
+    """
 
     op_type = "Pow"
     since_version = 7
 
     def run(self, x, y):
+        exponent = _small_integer_exponent(x, y)
+        if exponent == 2:
+            return (x * x,)
+        if exponent == 3:
+            return (x * x * x,)
         z = self.xp.power(x, y)
         return (self.xp.asarray(z if z.dtype == x.dtype else z.astype(x.dtype)),)
+
+
+def _small_integer_exponent(x, y):
+    """2 or 3 when Pow(x, y) can be multiplied out exactly as ONNX Runtime does, else None.
+
+    Only for a numpy float32/float64 base (float16 would round each product; integers keep
+    np.power's overflow behaviour) and a host exponent of one element with no more dims than x,
+    so the result's shape is x's.
+    """
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64):
+        return None
+    if not isinstance(y, np.ndarray) or y.size != 1 or y.ndim > x.ndim:
+        return None
+    value = y.reshape(()).item()
+    return int(value) if value in (2, 3) else None
 
 
 class Mod(Kernel):
@@ -335,10 +361,24 @@ def erf(xp, x):
 
 
 class Erf(Kernel):
+    """numpy float32 runs one compiled pass of the same fit (runtime/kernels/compiled.py): the
+    numpy form is ~15 passes, 2.5 ms on BERT-base's 1x128x3072 Gelu input against ~0.3."""
+
     op_type = "Erf"
     since_version = 9
 
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        # Imported here, not at the top: compiled.py imports this module's erf coefficients.
+        from runtime.kernels import compiled
+
+        self._compiled = compiled
+
     def run(self, x):
+        if self._compiled.accepts(self.xp, x):
+            out = np.empty_like(x)
+            self._compiled.erf_values(x.reshape(-1), out.reshape(-1))
+            return (out,)
         return (self.xp.asarray(erf(self.xp, x)),)
 
 

@@ -40,6 +40,27 @@ def test_softmax_family_single_axis_from_opset_13(op_type, axis):
     assert_same_as_onnxruntime(op_type, [FLOATS], 13, axis=axis)
 
 
+@pytest.mark.parametrize("opset, axis", [(13, -1), (13, 3), (11, 3), (11, None)])
+def test_softmax_over_the_last_axis_takes_the_compiled_loop_and_matches_onnxruntime(opset, axis):
+    # Contiguous float32 over the last axis runs compiled.masked_softmax_rows; rows of extreme
+    # spread check its exp cut-off (0 below -86.5) against onnxruntime's.
+    x = np.concatenate([FLOATS.reshape(-1, 5), np.tile(EXTREMES[:5], (3, 1)) * [[1], [0.01], [-1]]])
+    x = x.astype(np.float32).reshape(3, 3, 3, 5)
+    attributes = {} if axis is None else {"axis": axis}
+    assert_same_as_onnxruntime("Softmax", [x], opset, **attributes)
+
+
+def test_compiled_softmax_keeps_the_numpy_forms_nan_and_inf_rows():
+    x = np.float32([[1, np.inf, 0], [-np.inf, -np.inf, -np.inf], [np.nan, 1, 2], [0, -1e30, 3]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # inf - inf in the numpy reference
+        (fast,) = run_kernel(one_node_model("Softmax", [x], 13), [x])
+        (slow,) = run_kernel(one_node_model("Softmax", [x.astype(np.float64)], 13), [x.astype(np.float64)])
+    assert fast.dtype == np.float32
+    np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-7, equal_nan=True)
+    assert np.isnan(fast[:3]).all() and not np.isnan(fast[3]).any()
+
+
 def test_hardmax_picks_the_first_of_tied_maxima():
     x = np.array([[1, 3, 3], [2, 2, 2]], dtype=np.float32)
     (y,) = run_kernel(one_node_model("Hardmax", [x], 13), [x])

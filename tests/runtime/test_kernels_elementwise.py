@@ -49,6 +49,37 @@ def test_pow_keeps_float_base_type_with_integer_exponent():
     assert_same_as_onnxruntime("Pow", [FLOATS, np.array([2], dtype=np.int64)], 15)
 
 
+SPECIAL_FLOATS = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3e12, -7e-30], np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "exponent",
+    [np.array(2, np.float32), np.array([3.0], np.float32), np.array(3, np.int64), np.array(2.0, np.float64)],
+    ids=["2.0", "[3.0]", "int 3", "double 2.0"],
+)
+def test_pow_by_two_or_three_is_multiplied_out_like_onnxruntime(exponent, dtype):
+    # These take the multiplied-out path; inf, NaN, signed zeros and overflow must match pow's.
+    base = np.concatenate([SPECIAL_FLOATS, FLOATS.ravel()]).astype(dtype)
+    assert_same_as_onnxruntime("Pow", [base, exponent], 15)
+    (ours,) = run_kernel(one_node_model("Pow", [base, exponent], 15), [base, exponent])
+    np.testing.assert_array_equal(np.signbit(ours[:2]), np.signbit(np.power(base[:2], exponent)))
+
+
+@pytest.mark.parametrize(
+    "base, exponent",
+    [
+        (FLOATS.astype(np.float16), np.array(3, np.float32)),  # float16: np.power, one rounding
+        (FLOATS[0, 0, :1], np.array([[2.0]], np.float32)),  # the exponent has more dims
+        (np.arange(-3, 4, dtype=np.int32), np.array(3, np.int32)),  # integers keep np.power
+        (np.abs(FLOATS), np.array(2.5, np.float32)),
+    ],
+    ids=["float16", "wider exponent", "int32", "2.5"],
+)
+def test_pow_other_cases_take_np_power(base, exponent):
+    assert_same_as_onnxruntime("Pow", [base, exponent], 15)
+
+
 @pytest.mark.parametrize("to", [onnx.TensorProto.INT32, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL])
 def test_cast_float_to_integer_truncates(to):
     x = np.array([-2.9, -0.5, 0.0, 0.7, 3.99, 250.5], dtype=np.float32)
@@ -108,6 +139,20 @@ def test_erf_float32_is_within_a_few_ulp_and_never_past_one():
 
 def test_erf_float32_against_onnxruntime():
     assert_same_as_onnxruntime("Erf", [FLOATS], 13)
+
+
+def test_erf_float32_compiled_and_numpy_paths_agree_on_special_values():
+    # A contiguous float32 input takes the compiled loop, a strided view the numpy form.
+    values = np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, 4.5, -4.5, 1e-30, 0.5, -2.0])
+    contiguous = np.repeat(values, 2)
+    strided = contiguous[::2]
+    assert not strided.flags.c_contiguous
+    (fast,) = run_kernel(one_node_model("Erf", [contiguous], 13), [contiguous])
+    (slow,) = run_kernel(one_node_model("Erf", [strided], 13), [strided])
+    np.testing.assert_allclose(fast[::2], slow, rtol=0, atol=5e-7, equal_nan=True)
+    np.testing.assert_array_equal(np.isnan(fast[::2]), np.isnan(values))
+    np.testing.assert_array_equal(np.signbit(fast[::2]), np.signbit(values))
+    assert fast.dtype == np.float32 and np.abs(fast[~np.isnan(fast)]).max() <= 1.0
 
 
 def test_kernels_never_write_into_their_inputs():

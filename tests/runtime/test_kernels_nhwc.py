@@ -188,3 +188,48 @@ def test_registry_finds_every_nhwc_kernel():
     assert find_kernel("com.fusionwatch", "NhwcMaxPool", 1) is NhwcMaxPool
     assert find_kernel("com.fusionwatch", "NhwcAveragePool", 1) is NhwcAveragePool
     assert find_kernel("com.fusionwatch", "NhwcGlobalAveragePool", 1) is NhwcGlobalAveragePool
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no bias", "bias"])
+@pytest.mark.parametrize("activation", [None, "Relu"])
+def test_nhwc_fused_conv_compiled_epilogue_matches_onnxruntime(activation, with_bias):
+    # float32 with Relu or no activation takes the one-pass compiled epilogue; every mix of
+    # absent bias / present residual goes through its placeholder arrays.
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((16, 8, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32) if with_bias else None
+    z = rng.standard_normal((1, 16, 6, 6)).astype(np.float32)
+    attributes = {} if activation is None else dict(activation=activation)
+    inputs = [x, w, b if with_bias else np.zeros(16, np.float32), z]
+    expected = onnxruntime_node("FusedConv", inputs, domain="com.microsoft", **attributes)
+    kernel = NhwcFusedConv(make_node("NhwcFusedConv", "com.microsoft", 4, attributes, w), 1)
+    (actual,) = kernel.run(to_nhwc(x), w, b, to_nhwc(z))
+    np.testing.assert_allclose(to_nchw(actual), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_nhwc_fused_conv_compiled_relu_keeps_nan_like_numpy():
+    x = np.ones((1, 1, 2, 2), np.float32)
+    w = np.ones((2, 1, 1, 1), np.float32)
+    b = np.array([np.nan, -5.0], np.float32)
+    kernel = NhwcFusedConv(make_node("NhwcFusedConv", "com.microsoft", 3, dict(activation="Relu"), w), 1)
+    (actual,) = kernel.run(to_nhwc(x), w, b)
+    assert np.isnan(actual[..., 0]).all()
+    assert (actual[..., 1] == 0).all()
+
+
+def test_nhwc_max_pool_compiled_path_propagates_nan_and_leaves_input_alone():
+    x = rng.standard_normal((1, 7, 7, 3)).astype(np.float32)
+    x[0, 3, 3, 1] = np.nan
+    before = x.copy()
+    attributes = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    (actual,) = NhwcMaxPool(make_node("NhwcMaxPool", "com.fusionwatch", 1, attributes), 1).run(x)
+    np.testing.assert_array_equal(x, before)
+    # Output (1, 1) and its neighbours see input (3, 3): windows rows 1..3 / 3..5, same columns.
+    nan_at = np.argwhere(np.isnan(actual[0, :, :, 1]))
+    assert sorted(map(tuple, nan_at)) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert not np.isnan(actual[..., [0, 2]]).any()
+    finite = np.where(np.isnan(x), -np.inf, x)
+    expected = onnxruntime_node("MaxPool", [to_nchw(finite)], **attributes)
+    np.testing.assert_allclose(
+        to_nchw(np.where(np.isnan(actual), -np.inf, actual))[:, [0, 2]], expected[:, [0, 2]]
+    )

@@ -33,6 +33,15 @@ def test_layer_normalization_over_two_axes_with_statistics_outputs():
     assert_same_as_onnxruntime("LayerNormalization", [x, scale], opset=17, outputs=3, axis=1)
 
 
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no bias"])
+def test_layer_normalization_last_axis_compiled_loop_with_statistics_outputs(with_bias):
+    # float32 over the last axis only runs compiled.skip_layer_norm_rows with a zero skip; a
+    # large common offset checks the variance is taken about the mean, not as E[x^2] - mean^2.
+    x, scale, bias = _normal(2, 3, 40) * 4 + 300, _normal(40), _normal(40)
+    inputs = [x, scale, bias] if with_bias else [x, scale]
+    assert_same_as_onnxruntime("LayerNormalization", inputs, opset=17, outputs=3, epsilon=1e-3)
+
+
 def test_layer_normalization_float16_uses_float32_statistics():
     x, scale, bias = (a.astype(np.float16) for a in (_normal(2, 64) * 30, _normal(64), _normal(64)))
     assert_same_as_onnxruntime("LayerNormalization", [x, scale, bias], opset=17, rtol=1e-2, atol=1e-2)
