@@ -15,17 +15,19 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The mkl extra (Intel MKL, x86_64 only) gives the runtime packed constant-weight GEMMs; a plain
+# `pip install fusionwatch` stays without it and uses numpy's BLAS.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[mkl]'
 	touch $@
 
 $(DEVSTAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,mkl]'
 	touch $(STAMP) $@
 
 # torch must come from the local CPU wheel (pip finds it on this machine's disk); see tools/make_fixtures.py.
 $(EXPSTAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,export]'
+	$(BIN)/pip install -q -e '.[dev,export,mkl]'
 	touch $(STAMP) $(DEVSTAMP) $@
 
 install: $(STAMP)

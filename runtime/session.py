@@ -5,6 +5,7 @@
     [logits] = session.run(None, {"input_ids": ids})
     session.optimize_result.report.fusions   # what our optimizer fused
     session.peak_bytes                       # largest live intermediates seen in a run
+    session.gemm_backend                     # "mkl-packed" or "numpy": constant-weight products
 
 Creation does all the work that can fail on the model (loading, optimizing, finding a
 kernel for every node in every subgraph), so `run` fails only on feeds or in a kernel.
@@ -30,6 +31,7 @@ from optimizer import ModelLoadError, OptimizeResult, load_model, optimize
 from runtime.backends import Backend, numpy_backend
 from runtime.errors import GraphPlanError, InvalidFeedError, InvalidOutputNameError
 from runtime.executor import GraphExecutor
+from runtime.kernels import gemm
 from runtime.kernels.base import Kernel
 from runtime.options import SessionOptions
 from runtime.plan import Plan
@@ -105,6 +107,8 @@ class InferenceSession:
         self.options = options = sess_options or SessionOptions()
         options.validate()
         self.backend = backend
+        # What products against constant weights run on: "mkl-packed", "numpy", or a GPU backend's name.
+        self.gemm_backend = gemm.backend_name() if backend.xp is np else backend.name
         self._provider = provider_name(backend.name)
         self._profiler = (
             Profiler(options.profile_file_prefix, self._provider) if options.enable_profiling else None

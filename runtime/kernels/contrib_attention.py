@@ -3,7 +3,8 @@
 Where the unfused subgraph runs three MatMuls, three bias Adds, Reshape/Transpose copies, a Div
 (or Mul) on the full score tensor, a mask Add, a Softmax into a fresh tensor and a last MatMul,
 these run:
-  - Q, K and V as ONE matmul against the packed weight (Attention);
+  - Q, K and V as ONE matmul against the packed weight (Attention), on MKL's packed SGEMM
+    when the weight is a constant and MKL is installed (runtime/kernels/gemm.py);
   - one pass per projection that splits heads into the contiguous layout BLAS needs, adding the
     bias and (for Q) the scale on the way, so neither costs a pass of its own; K and V are
     written straight into `present` when it is asked for;
@@ -11,7 +12,7 @@ these run:
   - the padding and causal masks merged into one small additive (B, 1, S|1, T) tensor, added in
     place to the scores, and softmax done in place on the scores; on numpy float32 the mask add
     and the softmax are one compiled pass per score row (runtime/kernels/compiled.py);
-  - every batched product through np.matmul, one BLAS call per head.
+  - every batched product one BLAS call per head (MKL batch-strided where installed).
 
 Masks (mask_index / key_padding_mask), as ORT reads them: 1-D (B) key lengths, 1-D (2B) end then
 start positions, 2-D (B, T) raw 0/1, 2-D (B|1, 1) a broadcast dummy that masks nothing, 3-D
@@ -28,7 +29,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled
+from runtime.kernels import compiled, gemm
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 MS = "com.microsoft"
@@ -188,20 +189,20 @@ class _AttentionCore(Kernel):
         Returns the (B, S, N*Hv) context and, if asked, the pre-softmax scores (ORT's output_qk).
         """
         xp = self.xp
-        scores = xp.matmul(q, k.transpose(0, 1, 3, 2))  # fresh (B, N, S, T)
+        scores = gemm.product(xp, q, k.transpose(0, 1, 3, 2))  # fresh (B, N, S, T)
         compiled_mask = None if keep_scores else _compiled_mask(xp, scores, additive_mask)
         if compiled_mask is not None:
             if attention_bias is not None:
                 scores += attention_bias
             compiled.masked_softmax_rows(scores, compiled_mask)  # adds the mask on the way
-            return _merge_heads(xp.matmul(scores, v)), None
+            return _merge_heads(gemm.product(xp, scores, v)), None
         if additive_mask is not None:
             scores += additive_mask
         if attention_bias is not None:
             scores += attention_bias  # (B|1, N|1, S, T)
         qk = scores.copy() if keep_scores else None
         _softmax_in_place(xp, scores)
-        return _merge_heads(xp.matmul(scores, v)), qk
+        return _merge_heads(gemm.product(xp, scores, v)), qk
 
 
 class Attention(_AttentionCore):
@@ -223,6 +224,7 @@ class Attention(_AttentionCore):
         if len(node.inputs) > 6 and node.inputs[6] is not None and node.inputs[6].name:
             raise UnsupportedOp(f"Attention '{node.name}': the past_sequence_length input is not implemented")
         self.want_present = _output_wanted(node, 1)
+        self.packed = gemm.pack_constant(node.inputs[1] if len(node.inputs) > 1 else None, self.xp)
 
     def _hidden_sizes(self, weights):
         total = weights.shape[1]
@@ -267,7 +269,11 @@ class Attention(_AttentionCore):
         batch, seq, _ = x.shape
         dq, dk, dv = self._hidden_sizes(weights)
         heads = self.num_heads
-        qkv = xp.matmul(x, weights)  # the one projection GEMM, fresh (B, S, Dq + Dk + Dv)
+        # The one projection GEMM, fresh (B, S, Dq + Dk + Dv).
+        if gemm.applies(self.packed, x, weights):
+            qkv = gemm.matmul_packed(x, self.packed)
+        else:
+            qkv = gemm.product(xp, x, weights)
         dtype = qkv.dtype.type
         bq, bk, bv = (None, None, None) if bias is None else (bias[:dq], bias[dq : dq + dk], bias[dq + dk :])
         q = _heads_contiguous(xp, qkv[..., :dq], heads, bq, dtype(self.scale or 1.0 / math.sqrt(dq // heads)))

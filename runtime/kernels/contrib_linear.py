@@ -3,7 +3,9 @@
 FusedConv and FusedGemm are the Conv and Gemm kernels (conv.py, linalg.py) with the activation
 applied in place on the product they already allocated, where the unfused graph writes a second
 full-size tensor per activation (and per Add of FusedConv's Z). FusedMatMul folds the transposes
-into the strided views BLAS reads and the scale into one in-place multiply.
+into the strided views BLAS reads and the scale into one in-place multiply. FusedGemm, and
+FusedMatMul against a constant 2-D float32 B, run on MKL's packed SGEMM where it is installed
+(runtime/kernels/gemm.py).
 
 Activations are ONNX Runtime's two sets: FusedConv takes MLAS's (Relu, Silu, Tanh, Sigmoid, and
 LeakyRelu / Clip / HardSigmoid with exactly their `activation_params`), FusedGemm takes the
@@ -15,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.backends import numpy_backend
+from runtime.kernels import gemm
 from runtime.kernels.base import Kernel, UnsupportedOp
 from runtime.kernels.conv import Conv
 from runtime.kernels.linalg import Gemm
@@ -233,6 +236,13 @@ class FusedMatMul(Kernel):
         self.trans_b = bool(self.attr("transB", 0))
         self.trans_batch_a = bool(self.attr("transBatchA", 0))
         self.trans_batch_b = bool(self.attr("transBatchB", 0))
+        # A constant 2-D B is packed (transposed for transB); the batch transposes need rank >= 3
+        # and transA a strided A, so those stay on numpy.
+        self.packed = (
+            None
+            if self.trans_a or self.trans_batch_a or self.trans_batch_b or len(node.inputs) < 2
+            else gemm.pack_constant(node.inputs[1], self.xp, trans=self.trans_b)
+        )
 
     @staticmethod
     def _operand(x, trans_batch, trans):
@@ -251,11 +261,15 @@ class FusedMatMul(Kernel):
                 f"FusedMatMul '{self.node.name}': transBatchA/transBatchB need A and B of the same "
                 f"rank >= 3, got {a.shape} and {b.shape}"
             )
-        y = xp.matmul(
-            self._operand(a, self.trans_batch_a, self.trans_a),
-            self._operand(b, self.trans_batch_b, self.trans_b),
-        )
-        y = xp.asarray(y)  # a vector-vector product is a scalar
+        if gemm.applies(self.packed, a, b):
+            y = gemm.matmul_packed(a, self.packed)
+        else:
+            y = gemm.product(
+                xp,
+                self._operand(a, self.trans_batch_a, self.trans_a),
+                self._operand(b, self.trans_batch_b, self.trans_b),
+            )
+            y = xp.asarray(y)  # a vector-vector product is a scalar
         if self.alpha != 1.0:
             y *= y.dtype.type(self.alpha)
         return (y,)

@@ -16,6 +16,9 @@ Ops, with their domain and why (see optimizer/fusions/nhwc_conv_layout.py):
 
 The weight is reordered to (groups, K*C/g, M/g) once, in `__init__`, when it is a constant
 of the graph (the usual case); a weight computed at run time is reordered on each call.
+The GEMMs stay on numpy's BLAS, unlike MatMul's (runtime/kernels/gemm.py): on ResNet-50 MKL,
+packed or not, measured no faster (50-52 ms a run all three ways), and packing is slower on its
+tall, narrow GEMMs alone ((3136, 576) @ (576, 64): 1.4 ms numpy, 1.9 packed).
 float16 is computed in float32 (numpy has no half-precision GEMM) and cast back.
 """
 

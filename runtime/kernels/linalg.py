@@ -2,6 +2,8 @@
 
 ONNX MatMul's broadcasting and 1-D promotion rules are numpy's, so MatMul is one call. Gemm
 scales and adds in place on its own fresh product rather than allocating temporaries.
+Where MKL is installed, float32 MatMul and Gemm run on it (runtime/kernels/gemm.py says why),
+against a constant weight on MKL's packed SGEMM, the weight packed here at construction.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.backends import numpy_backend
+from runtime.kernels import gemm
 from runtime.kernels.base import Kernel
 
 
@@ -16,9 +19,15 @@ class MatMul(Kernel):
     op_type = "MatMul"
     since_version = 1
 
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.packed = gemm.pack_constant(node.inputs[1] if len(node.inputs) > 1 else None, self.xp)
+
     def run(self, a, b):
+        if gemm.applies(self.packed, a, b):
+            return (gemm.matmul_packed(a, self.packed),)
         # asarray: 1-D @ 1-D gives a scalar; astype: numpy has no bfloat16 matmul and answers in float32.
-        return (self.xp.asarray(self.xp.matmul(a, b)).astype(a.dtype, copy=False),)
+        return (self.xp.asarray(gemm.product(self.xp, a, b)).astype(a.dtype, copy=False),)
 
 
 class Gemm(Kernel):
@@ -34,9 +43,18 @@ class Gemm(Kernel):
         self.beta = self.attr("beta", 1.0)
         self.trans_a = bool(self.attr("transA", 0))
         self.trans_b = bool(self.attr("transB", 0))
+        # transB=1 stores B^T; it is packed transposed. transA=1 is rare enough to leave to numpy.
+        self.packed = (
+            None
+            if self.trans_a or len(node.inputs) < 2
+            else gemm.pack_constant(node.inputs[1], self.xp, trans=self.trans_b)
+        )
 
     def run(self, a, b, c=None):
-        y = self.xp.matmul(a.T if self.trans_a else a, b.T if self.trans_b else b)
+        if gemm.applies(self.packed, a, b):
+            y = gemm.matmul_packed(a, self.packed)
+        else:
+            y = gemm.product(self.xp, a.T if self.trans_a else a, b.T if self.trans_b else b)
         if self.alpha != 1.0:
             y *= y.dtype.type(self.alpha)
         if c is not None and self.beta != 0.0:
