@@ -272,9 +272,8 @@ def test_gemm_backend_is_reported():
     assert ours.gemm_backend == ("mkl-packed" if X86 else "numpy")
 
 
+@pytest.mark.skipif(not X86, reason="MKL exists for x86_64 only")
 def test_intra_op_threads_reach_mkl():
-    if not X86:
-        pytest.skip("MKL exists for x86_64 only")
     InferenceSession(matmul_model([3, 4], normal(4, 2)), SessionOptions(intra_op_num_threads=1))
     assert gemm._library.MKL_Get_Max_Threads() == 1
     InferenceSession(matmul_model([3, 4], normal(4, 2)), SessionOptions(intra_op_num_threads=2))
