@@ -246,3 +246,12 @@ def per_channel_vector(array: np.ndarray, rank: int, channels: int) -> np.ndarra
 # Our own ops (the layout level's channels-last pools) live here; they are known, not custom.
 FUSIONWATCH = "com.fusionwatch"
 KNOWN_DOMAINS = KNOWN_DOMAINS | {FUSIONWATCH}
+
+
+def producer_and_other(node: ir.Node, op_type: str) -> tuple[ir.Node | None, ir.Value | None]:
+    """For a binary node, the `op_type` node feeding one of its inputs and the other input."""
+    for index in (0, 1):
+        source = producer(input_at(node, index))
+        if is_op(source, op_type):
+            return source, input_at(node, 1 - index)
+    return None, None

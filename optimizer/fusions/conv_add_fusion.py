@@ -11,9 +11,8 @@ import onnx_ir as ir
 from optimizer.match import (
     const_array,
     input_at,
-    is_op,
     per_channel_vector,
-    producer,
+    producer_and_other,
     static_shape,
     unique_name,
     value_name,
@@ -27,7 +26,7 @@ class ConvAddFusion(Rule):
     emits = ("Conv",)
 
     def match(self, graph: ir.Graph, add: ir.Node):
-        conv, addend = _conv_and_other(add)
+        conv, addend = producer_and_other(add, "Conv")
         if conv is None:
             return None
         weight_shape = static_shape(conv.inputs[1])
@@ -60,12 +59,3 @@ class ConvAddFusion(Rule):
         conv = match.conv
         bias = op.initializer(ir.tensor(match.bias, name=match.bias_name))
         return op.op("Conv", [conv.inputs[0], conv.inputs[1], bias], attributes=dict(conv.attributes))
-
-
-def _conv_and_other(node: ir.Node) -> tuple[ir.Node | None, ir.Value | None]:
-    """The Conv feeding a binary node, and the node's other input."""
-    for index in (0, 1):
-        conv = producer(input_at(node, index))
-        if is_op(conv, "Conv"):
-            return conv, input_at(node, 1 - index)
-    return None, None

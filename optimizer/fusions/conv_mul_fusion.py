@@ -11,9 +11,8 @@ import onnx_ir as ir
 from optimizer.match import (
     const_array,
     input_at,
-    is_op,
     per_channel_vector,
-    producer,
+    producer_and_other,
     unique_name,
     value_name,
 )
@@ -26,11 +25,7 @@ class ConvMulFusion(Rule):
     emits = ("Conv",)
 
     def match(self, graph: ir.Graph, mul: ir.Node):
-        conv, factor = None, None
-        for index in (0, 1):
-            if is_op(producer(input_at(mul, index)), "Conv"):
-                conv, factor = producer(input_at(mul, index)), input_at(mul, 1 - index)
-                break
+        conv, factor = producer_and_other(mul, "Conv")
         if conv is None:
             return None
         weights = const_array(conv.inputs[1])
