@@ -15,19 +15,19 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The mkl extra (Intel MKL, x86_64 only) gives the runtime packed constant-weight GEMMs; a plain
-# `pip install fusionwatch` stays without it and uses numpy's BLAS.
+# The mkl and onednn extras (x86_64 only) give the runtime packed constant-weight GEMMs and direct
+# convolutions; a plain `pip install fusionwatch` stays without them and uses numpy's BLAS.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[mkl]'
+	$(BIN)/pip install -q -e '.[mkl,onednn]'
 	touch $@
 
 $(DEVSTAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,mkl]'
+	$(BIN)/pip install -q -e '.[dev,mkl,onednn]'
 	touch $(STAMP) $@
 
 # torch must come from the local CPU wheel (pip finds it on this machine's disk); see tools/make_fixtures.py.
 $(EXPSTAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,export,mkl]'
+	$(BIN)/pip install -q -e '.[dev,export,mkl,onednn]'
 	touch $(STAMP) $(DEVSTAMP) $@
 
 install: $(STAMP)

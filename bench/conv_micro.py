@@ -1,12 +1,13 @@
-"""Speed sanity check for our Conv kernel against onnxruntime, one thread each.
+"""Our convolution paths next to onnxruntime on ResNet-50's layer shapes, one thread each.
 
-The layer is ResNet-50's most common 3x3 convolution (conv2_x: 64 -> 64 channels on 56x56,
-pad 1, with bias), plus the 1x1 and depthwise shapes that take the kernel's other paths.
-Not a test: it prints median milliseconds per call so a regression is visible by eye.
+For each layer: Conv (NCHW) on the numpy path (im2col + BLAS GEMM), Conv on oneDNN
+(runtime/kernels/onednn.py, where installed), NhwcFusedConv (channels-last, what the layout
+level runs) on oneDNN, and onnxruntime's Conv. Prints median milliseconds per call; not a
+test. Pin it to one core on a busy machine:
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/conv_micro.py
+    taskset -c 0 .venv/bin/python -m bench.conv_micro
 
-BLAS threads are fixed at one before numpy is imported, so both sides get one core.
+Thread counts are fixed at one before numpy is imported, so every side gets one core.
 """
 
 from __future__ import annotations
@@ -18,28 +19,32 @@ for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import functools  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import onnx_ir as ir  # noqa: E402
 import onnxruntime  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from runtime.kernels import onednn  # noqa: E402
 from runtime.kernels.conv import Conv  # noqa: E402
+from runtime.kernels.conv_nhwc import NhwcFusedConv  # noqa: E402
 
 LAYERS = {
     # name: (x shape, w shape, attributes)
-    "resnet50 conv2_x 3x3 64->64 @56x56": ((1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
-    "resnet50 conv2_x 1x1 64->256 @56x56": ((1, 64, 56, 56), (256, 64, 1, 1), {}),
-    "depthwise 3x3 x64 @56x56": ((1, 64, 56, 56), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1])),
+    "stem 7x7/2 3->64 @224": ((1, 3, 224, 224), (64, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),
+    "conv2 3x3 64->64 @56": ((1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv2 1x1 64->256 @56": ((1, 64, 56, 56), (256, 64, 1, 1), {}),
+    "conv2 1x1 256->64 @56": ((1, 256, 56, 56), (64, 256, 1, 1), {}),
+    "conv3 3x3/2 128->128 @56": ((1, 128, 56, 56), (128, 128, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+    "conv4 3x3 256->256 @14": ((1, 256, 14, 14), (256, 256, 3, 3), dict(pads=[1, 1, 1, 1])),
+    "conv5 1x1 2048->512 @7": ((1, 2048, 7, 7), (512, 2048, 1, 1), {}),
+    "depthwise 3x3 x64 @56": ((1, 64, 56, 56), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1])),
 }
 
 
-def _model(x_shape, w, b, attributes):
-    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attributes)
+def _model(op, domain, x_shape, w, b, attributes):
+    node = helper.make_node(op, ["x", "w", "b"], ["y"], domain=domain, **attributes)
     graph = helper.make_graph(
         [node],
         "conv",
@@ -47,11 +52,17 @@ def _model(x_shape, w, b, attributes):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def _kernel(kind, op, domain, x_shape, w, b, attributes):
+    model = ir.serde.deserialize_model(_model(op, domain, x_shape, w, b, attributes))
+    return kind(next(iter(model.graph)), 17)
 
 
 def _median_ms(call, repeats=30):
-    call()  # warm-up: plans, caches, allocator
+    call()  # warm-up: plans, primitives, caches
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -62,31 +73,34 @@ def _median_ms(call, repeats=30):
 
 def main() -> None:
     rng = np.random.default_rng(0)
+    print(f"oneDNN: {'available' if onednn.available() else onednn.unavailable_reason()}")
+    print(f"{'layer':28s} {'numpy':>8s} {'oneDNN':>8s} {'NHWC':>8s} {'ORT':>8s}  ms per call")
     for name, (x_shape, w_shape, attributes) in LAYERS.items():
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
         b = rng.standard_normal(w_shape[0]).astype(np.float32)
-        model = _model(x_shape, w, b, attributes)
-
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            _model("Conv", "", x_shape, w, b, attributes).SerializeToString(),
+            options,
+            providers=["CPUExecutionProvider"],
         )
-
-        ir_model = ir.serde.deserialize_model(model)
-        kernel = Conv(next(iter(ir_model.graph)), 17)
-
-        ours = kernel.run(x, w, b)[0]
+        conv = _kernel(Conv, "Conv", "", x_shape, w, b, attributes)
+        x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        nhwc = _kernel(NhwcFusedConv, "NhwcFusedConv", "com.microsoft", x_last.shape, w, b, attributes)
         reference = session.run(None, {"x": x})[0]
-        np.testing.assert_allclose(ours, reference, rtol=1e-3, atol=1e-3)
-
-        ours_ms = _median_ms(functools.partial(kernel.run, x, w, b))
-        ort_ms = _median_ms(functools.partial(session.run, None, {"x": x}))
-        print(
-            f"{name:40s} fusionwatch {ours_ms:7.2f} ms   onnxruntime {ort_ms:7.2f} ms   ratio {ours_ms / ort_ms:5.2f}x"
+        np.testing.assert_allclose(conv.convolve(x, w, b), reference, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(conv.run(x, w, b)[0], reference, rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(
+            nhwc.run(x_last, w, b)[0].transpose(0, 3, 1, 2), reference, rtol=1e-3, atol=1e-3
         )
+        numpy_ms = _median_ms(functools.partial(conv.convolve, x, w, b))
+        library_ms = _median_ms(functools.partial(conv.run, x, w, b))
+        nhwc_ms = _median_ms(functools.partial(nhwc.run, x_last, w, b))
+        ort_ms = _median_ms(functools.partial(session.run, None, {"x": x}))
+        print(f"{name:28s} {numpy_ms:8.2f} {library_ms:8.2f} {nhwc_ms:8.2f} {ort_ms:8.2f}")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
-"""Honouring `intra_op_num_threads`: our kernels' threads are numpy's BLAS threads, and MKL's
-where products against constant weights run on it (runtime/kernels/gemm.py).
+"""Honouring `intra_op_num_threads`: our kernels' threads are numpy's BLAS threads, MKL's
+where products against constant weights run on it (runtime/kernels/gemm.py), and oneDNN's
+OpenMP workers where convolutions run on it (runtime/kernels/onednn.py).
 
 threadpoolctl applies the limit to the BLAS numpy loaded, at once; MKL, loaded by us through
 ctypes, gets the same count through its own MKL_Set_Num_Threads. The limit is process-wide:
-the last session created with a non-zero value wins.
+the last session created with a non-zero value wins. OpenMP's is the creating thread's, which
+is the thread that runs the session in the usual case.
 """
 
 from __future__ import annotations
 
 from threadpoolctl import threadpool_limits
 
-from runtime.kernels import gemm
+from runtime.kernels import gemm, onednn
 
 
 def limit_blas_threads(count: int) -> None:
@@ -18,3 +20,4 @@ def limit_blas_threads(count: int) -> None:
     if count:
         threadpool_limits(limits=count, user_api="blas")
         gemm.set_threads(count)
+        onednn.set_threads(count)
