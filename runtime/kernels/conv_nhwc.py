@@ -15,10 +15,11 @@ Ops, with their domain and why (see optimizer/fusions/nhwc_conv_layout.py):
                                 ONNX's pools with input 0 and output 0 channels-last
 
 Where oneDNN is installed, a float32 NhwcFusedConv with a constant weight runs as one oneDNN
-primitive instead (runtime/kernels/onednn.py): direct convolution on channels-last data, bias,
-Z and the activation as post-ops, about 2.5x faster than im2col + GEMM on ResNet-50's 3x3
-layers (`python -m bench.conv_micro`). The path below is the fallback, and the reference
-tests/runtime/test_onednn.py holds oneDNN to.
+primitive instead (runtime/kernels/onednn.py): direct convolution on channels-last data with
+bias and Z added in the same pass, the activation applied after it in place (see onednn.py for
+why), about 2.5x faster than im2col + GEMM on ResNet-50's 3x3 layers (`python -m
+bench.conv_micro`). The path below is the fallback, and the reference tests/runtime/test_onednn.py
+holds oneDNN to.
 
 The weight is reordered to (groups, K*C/g, M/g) once, on first use, when it is a constant
 of the graph (the usual case); a weight computed at run time is reordered on each call.
