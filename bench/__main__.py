@@ -140,8 +140,16 @@ def main() -> None:
     parser.add_argument("--skip-runtime", action="store_true", help="optimizer timings only")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    machine = {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": args.threads, "onnxruntime": ort.__version__}
-    print(f"machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, onnxruntime {ort.__version__}")
+    from runtime.kernels import gemm, onednn
+
+    machine = {
+        "cpu": cpu_name(), "cores": os.cpu_count(), "threads": args.threads, "onnxruntime": ort.__version__,
+        "gemm": gemm.backend_name(), "conv": "onednn" if onednn.available() else "numpy",
+    }
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, onnxruntime {ort.__version__};"
+        f" our GEMMs on {machine['gemm']}, convolutions on {machine['conv']}"
+    )
     for name in args.models:
         path = model_path(name)
         result = {"model": name, "machine": machine, "optimizer": bench_optimizer(path, args.threads)}
