@@ -6,9 +6,11 @@
 
 Modules: options (SessionOptions), session (InferenceSession), plan (node order, kernels,
 slots, release points), executor (the loop; GraphExecutor for subgraphs), profiler
-(ONNX Runtime-format traces), threads (intra_op_num_threads), errors, kernels/, backends/.
+(ONNX Runtime-format traces), threads (intra_op_num_threads), errors, providers
+(onnxruntime's providers list -> backend), kernels/, backends/ (numpy; CUDA on CuPy).
 """
 
+from runtime.backends.cuda import CudaUnavailableError
 from runtime.errors import (
     GraphPlanError,
     InvalidFeedError,
@@ -22,6 +24,7 @@ from runtime.options import SessionOptions
 from runtime.session import InferenceSession, MemoryStats, NodeArg
 
 __all__ = [
+    "CudaUnavailableError",
     "GraphExecutor",
     "GraphPlanError",
     "InferenceSession",

@@ -137,7 +137,7 @@ class GraphExecutor:
         if profiler is None and (shapes in measured or len(measured) >= MAX_MEASURED_SHAPES):
             _run_steps(self.plan, values)
             return
-        peak = _run_measured(self.plan, values, profiler)
+        peak = _run_measured(self.plan, values, profiler, self.scope.backend)
         self.peak_bytes = max(self.peak_bytes, peak)
         self._measured_shapes.add(shapes)
 
@@ -156,9 +156,11 @@ def _run_steps(plan: Plan, values: list[Any]) -> None:
             values[slot] = None
 
 
-def _run_measured(plan: Plan, values: list[Any], profiler: Profiler | None) -> int:
-    """`_run_steps` plus contract checks, peak live bytes and (when profiling) node events."""
+def _run_measured(plan: Plan, values: list[Any], profiler: Profiler | None, backend: Backend) -> int:
+    """`_run_steps` plus contract checks, peak live bytes and (when profiling) node events.
+    When profiling, each node waits for its device work, so a GPU node's time is its own."""
     clock = time.perf_counter_ns
+    synchronize = backend.synchronize if profiler is not None else None
     # Buffers that exist before the run (weights, feeds) are not the run's allocations, even
     # when an intermediate is a view of one (Reshape of a weight).
     preexisting = {
@@ -174,6 +176,8 @@ def _run_measured(plan: Plan, values: list[Any], profiler: Profiler | None) -> i
         try:
             start = clock()
             results = run(*args)
+            if synchronize is not None:
+                synchronize()
             end = clock()
         except Exception as error:
             raise _node_failure(step, args, error) from error

@@ -7,6 +7,11 @@
     session.peak_bytes                       # largest live intermediates seen in a run
     session.gemm_backend                     # "mkl-packed" or "numpy": constant-weight products
 
+On a GPU, as with onnxruntime (CuPy; runtime/providers.py says how the list is read):
+
+    session = InferenceSession(path, options, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    session.get_providers()                  # ["FusionwatchCUDA"], or ["FusionwatchCPU"] after a fallback
+
 Creation does all the work that can fail on the model (loading, optimizing, finding a
 kernel for every node in every subgraph), so `run` fails only on feeds or in a kernel.
 Feeds are checked as ONNX Runtime checks them: exact dtype, rank, and fixed dimensions;
@@ -36,6 +41,7 @@ from runtime.kernels.base import Kernel
 from runtime.options import SessionOptions
 from runtime.plan import Plan
 from runtime.profiler import ACTIVE_PROFILER, Profiler, provider_name
+from runtime.providers import backend_for
 from runtime.threads import limit_blas_threads
 
 
@@ -99,13 +105,20 @@ class InferenceSession:
         self,
         path_or_model: str | os.PathLike | bytes | onnx.ModelProto | ir.Model,
         sess_options: SessionOptions | None = None,
+        providers: Sequence[Any] | None = None,
         *,
-        backend: Backend = numpy_backend,
+        backend: Backend | None = None,
         extra_kernels: Sequence[type[Kernel]] = (),
     ) -> None:
-        """`extra_kernels` take precedence over registered ones for their (domain, op); for tests."""
+        """`providers` picks the backend as onnxruntime's list does (default: CPU); `backend`
+        passes one directly, not both. `extra_kernels` take precedence over registered ones for
+        their (domain, op); for tests."""
         self.options = options = sess_options or SessionOptions()
         options.validate()
+        if providers is not None and backend is not None:
+            raise ValueError("pass providers= or backend=, not both")
+        if backend is None:
+            backend = numpy_backend if providers is None else backend_for(providers)
         self.backend = backend
         # What products against constant weights run on: "mkl-packed", "numpy", or a GPU backend's name.
         self.gemm_backend = gemm.backend_name() if backend.xp is np else backend.name
@@ -189,6 +202,7 @@ class InferenceSession:
             try:
                 execute_started = time.perf_counter_ns()
                 self._executor.run_frame(values, shapes)
+                self.backend.synchronize()
                 profiler.record(
                     "Session", "SequentialExecutor::Execute", execute_started, time.perf_counter_ns()
                 )
