@@ -6,9 +6,13 @@ Prints, per model:
     excludes model loading); target ours / onnxruntime <= 0.5 at level all.
   - executor: median ms per level for ours and onnxruntime (ORT_SEQUENTIAL, same thread count,
     same level), the ratio, and our fusion speedup (disabled / all).
+  - with --profile N: where the time goes at level all, the N costliest op types per run for
+    ours and onnxruntime, read from each engine's profile trace the same way
+    (runtime/profile_table.py).
 Writes bench/results/<model>.json with the machine's CPU and thread count.
 
     python -m bench [--models bert_base gpt2_small resnet50] [--runs 10] [--threads 2] [--skip-runtime]
+                    [--profile 8]
 """
 
 from __future__ import annotations
@@ -132,12 +136,46 @@ def bench_executor(path: Path, threads: int, runs: int) -> dict:
     return {"levels": rows, "fusion_speedup": rows["disabled"]["ours_ms"] / rows["all"]["ours_ms"]}
 
 
+def profile_rows(path: Path, threads: int, runs: int, top: int) -> dict:
+    """The `top` costliest op types per run at level all, ours and onnxruntime's, each from its
+    own profile trace (the first run, a warm-up, left out)."""
+    import runtime
+    from runtime.profile_table import load_trace, profile_table
+
+    reference = ort_session(path, "all", threads, profile=True)
+    feeds = feeds_for(reference)
+    ours = runtime.InferenceSession(
+        str(path),
+        runtime.SessionOptions(graph_optimization_level="all", intra_op_num_threads=threads, enable_profiling=True),
+    )
+    tables = {}
+    for name, session in (("ours", ours), ("onnxruntime", reference)):
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        trace = Path(session.end_profiling())
+        table = profile_table(load_trace(trace), skip_runs=1)
+        trace.unlink()
+        tables[name] = {
+            "model_run_ms": table.median_model_run_ms,
+            "ops": [{"op": t.op, "calls": t.calls_per_run, "ms": t.us_per_run / 1000} for t in table.ops[:top]],
+        }
+    return tables
+
+
+def print_profile(name: str, tables: dict) -> None:
+    print(f"{name} — where the time goes at level all (ms per run, from each engine's profile)")
+    for engine, table in tables.items():
+        ops = ", ".join(f"{row['op']} {row['ms']:.2f} ({row['calls']:g}x)" for row in table["ops"])
+        print(f"  {engine:<11} model_run {table['model_run_ms']:.2f}: {ops}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-runtime", action="store_true", help="optimizer timings only")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="also the N costliest op types")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     from runtime.kernels import gemm, onednn
@@ -169,6 +207,9 @@ def main() -> None:
             for level, row in result["executor"]["levels"].items():
                 print(f"  {level:<9} {row['ours_ms']:9.2f} {row['ort_ms']:9.2f} {row['ratio']:6.2f}")
             print(f"  fusion speedup (disabled / all): {result['executor']['fusion_speedup']:.2f}")
+            if args.profile:
+                result["profile"] = profile_rows(path, args.threads, args.runs, args.profile)
+                print_profile(name, result["profile"])
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(f"\nresults in {RESULTS}/")
 
