@@ -3,14 +3,26 @@
 Shapes are BERT-base (batch 1, seq 128, hidden 768, 12 heads, intermediate 3072), plus one
 ResNet-50 stage for FusedConv. The unfused chain is written op by op as our executor runs the
 unfused graph: every node allocates its output, Reshape/Transpose are views, and Erf and Sigmoid
-are the ONNX-domain kernels' own functions. A fused kernel must be faster than its chain; the
+are the ONNX-domain kernels' own functions, and its products go through gemm.product (MKL where
+installed) as the executor's MatMul does: an OpenBLAS call here would also leave its threads
+spinning beside the fused kernel's MKL ones. A fused kernel must be faster than its chain; the
 last column says by how much.
 
 Kernels with a compiled loop (runtime/kernels/compiled.py: the Gelus, SkipLayerNorm, the
-attention softmax) are timed twice: as they run (compiled), and on their numpy path (what any
-other dtype, layout or backend gets), so the table shows what the compiled loop buys on its own.
+attention softmax) are also timed on their numpy path (what any other dtype, layout or backend
+gets), so the table shows what the compiled loop buys on its own, and with their loops
+compiled at LLVM's default vector width (`256-bit`), to show what `_wide_vectors` buys on this
+CPU. Attention is also timed with its heads copied out before the products (`copied`), the
+path it takes where `_reads_heads` says no.
 
-    python -m bench.fused_kernels [--runs 50]
+Every column of a row is timed interleaved (one call of each in turn, medians), so a second
+process on the machine slows them alike.
+
+`--model bert_base` also times a whole model: our executor at levels disabled and all,
+interleaved run by run, then level all's ms per call of each op from a profiled session.
+
+    python -m bench.fused_kernels [--runs 50] [--threads 2] [--model bert_base [--model-runs 20]]
+    taskset -c 1 python -m bench.fused_kernels --threads 1     # single-thread, pinned
 """
 
 from __future__ import annotations
@@ -20,17 +32,23 @@ import contextlib
 import math
 import statistics
 import time
+import types
+from functools import partial
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import onnx_ir as ir
+from numba import njit
 from onnx import helper
 
-from runtime.kernels import compiled
+from runtime.kernels import compiled, contrib_attention
 from runtime.kernels.activation import sigmoid
 from runtime.kernels.conv import Conv
 from runtime.kernels.elementwise import erf
+from runtime.kernels.gemm import product
 from runtime.kernels.registry import find_kernel
+from runtime.threads import limit_blas_threads
 
 MS = "com.microsoft"
 BATCH, SEQ, HIDDEN, HEADS, INTERMEDIATE, VOCAB = 1, 128, 768, 12, 3072, 30522
@@ -54,20 +72,64 @@ def kernel(op_type, n_inputs, n_outputs=1, domain=MS, **attrs):
     return find_kernel(domain, op_type, opset)(node, opset)
 
 
-def median_ms(fn, runs):
-    fn()  # warm-up: page in buffers, BLAS threads
-    times = []
+def interleaved_ms(variants, runs):
+    """Median ms of each (name -> (context, fn)) variant, calling one of each in turn per round."""
+    for context, fn in variants.values():
+        with context():
+            fn()  # warm-up: page in buffers, BLAS threads, compile
+    times = {name: [] for name in variants}
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        for name, (context, fn) in variants.items():
+            with context():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
 
 
 @contextlib.contextmanager
 def numpy_path():
     """Every fused kernel on its array-API path, as on a dtype the compiled loops don't take."""
     with mock.patch.object(compiled, "accepts", lambda xp, *arrays: False):
+        yield
+
+
+@njit
+def _default_width():
+    return None
+
+
+def _at_default_width(loop):
+    """`loop` recompiled with its `_wide_vectors()` call a no-op: LLVM's default vector width."""
+    source = loop.py_func
+    body = types.FunctionType(source.__code__, {**source.__globals__, "_wide_vectors": _default_width})
+    return njit(**compiled._OPTIONS)(body)
+
+
+_WIDE_LOOPS = [
+    name
+    for name, loop in vars(compiled).items()
+    if hasattr(loop, "py_func") and "_wide_vectors" in loop.py_func.__code__.co_names
+]
+_DEFAULT_WIDTH_LOOPS = {}
+
+
+@contextlib.contextmanager
+def default_width():
+    """The compiled loops at LLVM's default vector width instead of 512 bits."""
+    if not _DEFAULT_WIDTH_LOOPS:
+        for name in _WIDE_LOOPS:
+            _DEFAULT_WIDTH_LOOPS[name] = _at_default_width(getattr(compiled, name))
+    with contextlib.ExitStack() as stack:
+        for name, loop in _DEFAULT_WIDTH_LOOPS.items():
+            stack.enter_context(mock.patch.object(compiled, name, loop))
+        yield
+
+
+@contextlib.contextmanager
+def heads_copied():
+    """Attention with its heads copied out (`_heads_contiguous`) instead of read in place."""
+    with mock.patch.object(contrib_attention, "_reads_heads", lambda xp, *arrays: False):
         yield
 
 
@@ -124,24 +186,30 @@ def chain_embed_layer_norm(ids, segments, word, position, segment, gamma, beta):
     return chain_layer_norm(total + np.take(segment, segments, axis=0), gamma, beta)
 
 
-def chain_attention(x, wq, wk, wv, bq, bk, bv, mask):
+def chain_attention(x, wq, wk, wv, bq, bk, bv, mask=None, bias_mask=None):
+    """A padding mask (B, T) as the TorchScript exports apply it, or an additive (B, 1, S, T) one
+    as the dynamo / SDPA exports do (Where, then Add to the scores)."""
+
     def heads(t):
         return t.reshape(BATCH, SEQ, HEADS, HEAD).transpose(0, 2, 1, 3)
 
-    q, k, v = heads(x @ wq + bq), heads(x @ wk + bk), heads(x @ wv + bv)
-    additive = (np.float32(1) - mask[:, None, None, :].astype(np.float32)) * np.float32(-10000)
-    scores = np.matmul(q, k.transpose(0, 1, 3, 2)) / np.float32(math.sqrt(HEAD)) + additive
+    q, k, v = (heads(product(np, x, w) + b) for w, b in ((wq, bq), (wk, bk), (wv, bv)))
+    if bias_mask is None:
+        additive = (np.float32(1) - mask[:, None, None, :].astype(np.float32)) * np.float32(-10000)
+    else:
+        additive = bias_mask
+    scores = product(np, q, k.transpose(0, 1, 3, 2)) / np.float32(math.sqrt(HEAD)) + additive
     scores = np.exp(scores - scores.max(-1, keepdims=True))
     probs = scores / scores.sum(-1, keepdims=True)  # Softmax, into a fresh tensor
-    return np.matmul(probs, v).transpose(0, 2, 1, 3).reshape(BATCH, SEQ, HIDDEN)
+    return product(np, probs, v).transpose(0, 2, 1, 3).reshape(BATCH, SEQ, HIDDEN)
 
 
 def chain_gemm_relu(a, b, c):
-    return np.maximum(a @ b + c, 0)
+    return np.maximum(product(np, a, b) + c, 0)
 
 
 def chain_matmul_scale(q, k):
-    return np.matmul(q, k.transpose(0, 1, 3, 2)) * np.float32(0.125)
+    return product(np, q, k.transpose(0, 1, 3, 2)) * np.float32(0.125)
 
 
 # ---------------------------------------------------------------- cases
@@ -173,6 +241,9 @@ def cases():
     skip_ln = kernel("SkipLayerNormalization", 5)
     embed_ln = kernel("EmbedLayerNormalization", 8, 2)
     attention = kernel("Attention", 4, num_heads=HEADS)
+    attention_with_bias = kernel("Attention", 6, num_heads=HEADS)
+    bias_mask = np.where(mask[:, None, None, :] > 0, np.float32(0), np.finfo(np.float32).min)
+    bias_mask = np.ascontiguousarray(np.broadcast_to(bias_mask, (BATCH, 1, SEQ, SEQ)))
     fused_gemm = kernel("FusedGemm", 3, activation="Relu")
     fused_matmul = kernel("FusedMatMul", 2, transB=1, alpha=0.125)
     fused_conv = kernel("FusedConv", 4, activation="Relu", pads=[1, 1, 1, 1])
@@ -207,6 +278,11 @@ def cases():
             lambda: chain_attention(x, wq, wk, wv, bq, bk, bv, mask),
         ),
         (
+            "Attention (1,1,S,T) attention_bias mask",
+            lambda: attention_with_bias.run(x, w_qkv, b_qkv, None, None, bias_mask),
+            lambda: chain_attention(x, wq, wk, wv, bq, bk, bv, bias_mask=bias_mask),
+        ),
+        (
             "FusedGemm Relu (128x768 @ 768x3072)",
             lambda: fused_gemm.run(x[0], w_inter, b_inter),
             lambda: chain_gemm_relu(x[0], w_inter, b_inter),
@@ -224,25 +300,78 @@ def cases():
     ]
 
 
+def kernel_table(runs):
+    columns = ["ours", "256-bit", "copied", "numpy", "chain"]
+    print(f"{'kernel':42s}" + "".join(f"{c:>9s}" for c in columns) + f"{'speedup':>9s}")
+    for name, fused, chain in cases():
+        variants = {"ours": (contextlib.nullcontext, fused), "chain": (contextlib.nullcontext, chain)}
+        if uses_compiled_loop(fused):
+            variants["256-bit"] = (default_width, fused)
+            variants["numpy"] = (numpy_path, fused)
+        if name.startswith("Attention"):
+            variants["copied"] = (heads_copied, fused)
+        for variant, (context, fn) in variants.items():
+            if variant == "chain":
+                continue
+            with context():
+                np.testing.assert_allclose(
+                    np.asarray(fn()[0]), chain(), rtol=1e-3, atol=1e-3, err_msg=f"{name}, {variant}"
+                )
+        ms = interleaved_ms(variants, runs)
+        cells = "".join(f"{ms[c]:9.3f}" if c in ms else f"{'-':>9s}" for c in columns)
+        print(f"{name:42s}{cells}{ms['chain'] / ms['ours']:8.2f}x")
+
+
+def model_table(name, runs, threads):
+    """Whole-model ms at levels disabled and all, interleaved, and level all's ops per call."""
+    import runtime
+    from bench.__main__ import feeds_for
+    from bench.models import model_path
+    from runtime.profile_table import load_trace, profile_table
+
+    path = str(model_path(name))
+
+    def session(level, profiling=False):
+        options = runtime.SessionOptions(
+            graph_optimization_level=level, intra_op_num_threads=threads, enable_profiling=profiling
+        )
+        return runtime.InferenceSession(path, options)
+
+    sessions = {level: session(level) for level in ("disabled", "all")}
+    feeds = feeds_for(sessions["all"])
+    variants = {level: (contextlib.nullcontext, partial(s.run, None, feeds)) for level, s in sessions.items()}
+    ms = interleaved_ms(variants, runs)
+    print(f"\n{name}, {threads} threads: our executor, median ms of {runs} interleaved runs")
+    print(f"  disabled {ms['disabled']:9.2f}\n  all      {ms['all']:9.2f}")
+    print(f"  fusion speedup (disabled / all): {ms['disabled'] / ms['all']:.3f}")
+    del sessions, variants
+
+    profiled = session("all", profiling=True)
+    for _ in range(runs + 2):
+        profiled.run(None, feeds)
+    trace = Path(profiled.end_profiling())
+    table = profile_table(load_trace(trace), skip_runs=2)
+    trace.unlink()
+    print(f"\n{name} at level all, profiled ({runs} runs): model_run {table.median_model_run_ms:.2f} ms")
+    print(f"  {'op':<28s} {'calls':>6s} {'ms/call':>9s} {'ms/run':>9s}")
+    for op in table.ops[:8]:
+        per_run = op.us_per_run / 1e3
+        print(f"  {op.op:<28s} {op.calls_per_run:6.0f} {per_run / op.calls_per_run:9.3f} {per_run:9.2f}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--model", help="also time a bench model (bench/models.py) end to end")
+    parser.add_argument("--model-runs", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2, help="BLAS / MKL threads, and the model's intra_op")
+    parser.add_argument("--skip-kernels", action="store_true", help="only the --model tables")
     args = parser.parse_args(argv)
-    print(f"{'kernel':42s} {'compiled':>9s} {'numpy':>9s} {'chain ms':>9s} {'speedup':>8s}")
-    for name, fused, chain in cases():
-        np.testing.assert_allclose(np.asarray(fused()[0]), chain(), rtol=1e-3, atol=1e-3, err_msg=name)
-        chain_ms = median_ms(chain, args.runs)
-        fused_ms = median_ms(fused, args.runs)
-        if uses_compiled_loop(fused):
-            with numpy_path():
-                np.testing.assert_allclose(
-                    np.asarray(fused()[0]), chain(), rtol=1e-3, atol=1e-3, err_msg=name
-                )
-                numpy_ms = f"{median_ms(fused, args.runs):9.3f}"
-            compiled_ms = f"{fused_ms:9.3f}"
-        else:
-            compiled_ms, numpy_ms = f"{'-':>9s}", f"{fused_ms:9.3f}"
-        print(f"{name:42s} {compiled_ms} {numpy_ms} {chain_ms:9.3f} {chain_ms / fused_ms:7.2f}x")
+    limit_blas_threads(args.threads)
+    if not args.skip_kernels:
+        kernel_table(args.runs)
+    if args.model:
+        model_table(args.model, args.model_runs, args.threads)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,14 @@ these run:
     and the softmax are one compiled pass per score row (runtime/kernels/compiled.py);
   - every batched product one BLAS call per head (MKL batch-strided where installed).
 
+On numpy float32 with MKL (the CPU case that matters) the heads are never copied out: both
+batched products read each head straight out of the (B, L, N*H) projections by their strides
+(`_mkl_attend`), the scale riding on the first product's alpha; Q's and K's biases are added in
+place to Attention's own projection in one compiled pass, and V's rides on the one copy that is
+left, the context's merge. attention_bias joins the mask in the softmax pass instead of costing
+a pass of its own (BERT exports carry their padding mask that way). `python -m bench.fused_kernels`
+times it against the head-copying path (`copied`), which every other case still takes.
+
 Masks (mask_index / key_padding_mask), as ORT reads them: 1-D (B) key lengths, 1-D (2B) end then
 start positions, 2-D (B, T) raw 0/1, 2-D (B|1, 1) a broadcast dummy that masks nothing, 3-D
 (B, S, T) raw 0/1, 4-D (B, 1, M, M) Megatron-style (rows past..past+S, columns 0..T of it; ORT's
@@ -79,22 +87,101 @@ def _softmax_in_place(xp, scores):
     return scores
 
 
-def _compiled_mask(xp, scores, additive_mask):
-    """The (Bm, Sm, T) mask the compiled softmax takes, or None when that loop can't run here."""
-    batch, _, seq, total = scores.shape
-    if additive_mask is None:
-        mask = np.zeros((1, 1, total), np.float32)
-    elif (
-        additive_mask.ndim == 4
-        and additive_mask.shape[0] in (1, batch)
-        and additive_mask.shape[1] == 1
-        and additive_mask.shape[2] in (1, seq)
-        and additive_mask.shape[3] == total
-    ):
-        mask = additive_mask[:, 0]
-    else:
+def _compiled_mask(xp, scores_shape, additive_mask, attention_bias):
+    """The one additive (Bm, Nm, Sm, T) mask the compiled softmax adds to the scores: the padding
+    and causal mask, attention_bias, or their sum; None when that loop can't take them.
+
+    attention_bias rides in here rather than in a pass of its own over the scores: BERT-style
+    exports carry their padding mask as a (B, 1, S, T) attention_bias, so this is the common case.
+    """
+    if xp is not np:
         return None
-    return mask if compiled.accepts(xp, scores, mask) else None
+    total = scores_shape[3]
+    parts = [m for m in (additive_mask, attention_bias) if m is not None]
+    parts = [m.reshape((1,) * (4 - m.ndim) + m.shape) if m.ndim < 4 else m for m in parts]
+    for part in parts:  # the loop reads each row at [b or 0, n or 0, s or 0]
+        broadcasts = all(m in (1, n) for m, n in zip(part.shape[:3], scores_shape[:3], strict=True))
+        if part.ndim != 4 or part.shape[3] != total or not broadcasts:
+            return None
+    if not parts:
+        mask = np.zeros((1, 1, 1, total), np.float32)
+    else:
+        mask = np.ascontiguousarray(parts[0] if len(parts) == 1 else parts[0] + parts[1])
+    return mask if compiled.accepts(xp, mask) else None
+
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+
+
+def _reads_heads(xp, *projections) -> bool:
+    """Whether `_mkl_attend` can take these (B, L, N*H) projections: numpy float32 with MKL,
+    the last axis contiguous and every stride and size within MKL's 32-bit integers."""
+    return (
+        xp is np
+        and gemm.available()
+        and all(
+            isinstance(x, np.ndarray)
+            and x.dtype == np.float32
+            and x.ndim == 3
+            and x.size > 0
+            and x.strides[2] == 4
+            and x.strides[1] % 4 == 0
+            and x.strides[0] % 4 == 0
+            and x.strides[0] // 4 < gemm._INT_LIMIT
+            for x in projections
+        )
+        and max(x.shape[1] for x in projections) ** 2 < gemm._INT_LIMIT  # a head's (S, T) scores
+    )
+
+
+def _head_products(heads, m, n, k, alpha, a, b, c, trans_b=False):
+    """C_h = alpha A_h B_h (B_h transposed if asked) for every head, in one MKL batch-strided
+    SGEMM. a, b, c: (address, leading dimension, head step), both counted in float32 elements;
+    head steps smaller than a matrix are fine for A and B (a projection's heads interleave by
+    rows), MKL refuses them for C only. Shares gemm.py's MKL handle and its argument types."""
+    (a_at, lda, a_step), (b_at, ldb, b_step), (c_at, ldc, c_step) = a, b, c
+    trans = _TRANS if trans_b else _NO_TRANS
+    gemm._load().cblas_sgemm_batch_strided(
+        _ROW_MAJOR, _NO_TRANS, trans, m, n, k, alpha, a_at, lda, a_step, b_at, ldb, b_step, 0.0,
+        c_at, ldc, c_step, heads,
+    )
+
+
+def _rows_of(x, batch_index, head_step):
+    """(address, leading dimension, head step) of batch row `batch_index` of a 3-D or 4-D array."""
+    return x.ctypes.data + batch_index * x.strides[0], x.strides[-2] // 4, head_step
+
+
+_NO_BIAS = np.zeros(0, np.float32)
+
+
+def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
+    """softmax(scale q k^T + mask) (v + v_bias) as (B, S, N*Hv), for (B, S, N*H) q and (B, T,
+    N*H) k, v read in place (`_reads_heads`); `mask` is `_compiled_mask`'s.
+
+    Per batch row, QK^T is one batch-strided GEMM over the heads with `scale` as its alpha, the
+    mask add and softmax one compiled pass over the scores, and PV a second GEMM; the (B, N, S,
+    Hv) context then takes the one copy into (B, S, N*Hv) that MKL's batch call can't write,
+    and V's bias rides on that copy: every row of softmax weights sums to 1, so P (v + b) is
+    P v + b.
+    """
+    batch, seq, width_q = q.shape
+    total, width_v = k.shape[1], v.shape[2]
+    head, head_v = width_q // heads, width_v // heads
+    scores = np.empty((batch, heads, seq, total), np.float32)
+    context = np.empty((batch, heads, seq, head_v), np.float32)
+    for b in range(batch):
+        q_rows, k_rows = _rows_of(q, b, head), _rows_of(k, b, head)
+        score_rows = _rows_of(scores, b, seq * total)
+        _head_products(heads, seq, total, head, scale, q_rows, k_rows, score_rows, trans_b=True)
+    compiled.masked_softmax_heads(scores, mask)
+    for b in range(batch):
+        score_rows, v_rows = _rows_of(scores, b, seq * total), _rows_of(v, b, head_v)
+        context_rows = _rows_of(context, b, seq * head_v)
+        _head_products(heads, seq, head_v, total, 1.0, score_rows, v_rows, context_rows)
+    out = np.empty((batch, seq, width_v), np.float32)
+    compiled.merge_heads(context, _NO_BIAS if v_bias is None else v_bias, out)
+    return out
 
 
 class _AttentionCore(Kernel):
@@ -190,11 +277,11 @@ class _AttentionCore(Kernel):
         """
         xp = self.xp
         scores = gemm.product(xp, q, k.transpose(0, 1, 3, 2))  # fresh (B, N, S, T)
-        compiled_mask = None if keep_scores else _compiled_mask(xp, scores, additive_mask)
+        compiled_mask = None
+        if not keep_scores:
+            compiled_mask = _compiled_mask(xp, scores.shape, additive_mask, attention_bias)
         if compiled_mask is not None:
-            if attention_bias is not None:
-                scores += attention_bias
-            compiled.masked_softmax_rows(scores, compiled_mask)  # adds the mask on the way
+            compiled.masked_softmax_heads(scores, compiled_mask)  # adds the mask on the way
             return _merge_heads(gemm.product(xp, scores, v)), None
         if additive_mask is not None:
             scores += additive_mask
@@ -275,8 +362,26 @@ class Attention(_AttentionCore):
         else:
             qkv = gemm.product(xp, x, weights)
         dtype = qkv.dtype.type
+        scale = dtype(self.scale or 1.0 / math.sqrt(dq // heads))
+        if (
+            past is None
+            and not self.want_present
+            and _reads_heads(xp, qkv)
+            and (bias is None or compiled.accepts(xp, qkv, bias))
+        ):
+            mask = self._additive_mask(mask_index, batch, seq, 0, seq, qkv.dtype)
+            compiled_mask = _compiled_mask(xp, (batch, heads, seq, seq), mask, attention_bias)
+            if compiled_mask is not None:
+                if bias is not None:
+                    # Q's and K's biases go in place into our own fresh projection; V's rides on
+                    # the merge. (K's only shifts each score row by q.bk, which softmax cancels,
+                    # but not in float32 where a padded key's -10000 swamps the scores: ORT adds it.)
+                    compiled.add_bias_columns(qkv.reshape(-1, qkv.shape[-1]), bias[: dq + dk])
+                q, k, v = qkv[..., :dq], qkv[..., dq : dq + dk], qkv[..., dq + dk :]
+                v_bias = None if bias is None else bias[dq + dk :]
+                return (_mkl_attend(q, k, v, heads, scale, compiled_mask, v_bias),)
         bq, bk, bv = (None, None, None) if bias is None else (bias[:dq], bias[dq : dq + dk], bias[dq + dk :])
-        q = _heads_contiguous(xp, qkv[..., :dq], heads, bq, dtype(self.scale or 1.0 / math.sqrt(dq // heads)))
+        q = _heads_contiguous(xp, qkv[..., :dq], heads, bq, scale)
         past_len = 0
         if past is not None:
             if (
@@ -382,6 +487,29 @@ class MultiHeadAttention(_AttentionCore):
         head_size = q_hidden // heads
         dtype = query.dtype.type
         scale = dtype(self.scale or 1.0 / math.sqrt(head_size))
+
+        if (
+            key.ndim == 3
+            and value is not None
+            and value.ndim == 3
+            and key.shape == (batch, key.shape[1], q_hidden)
+            and value.shape[:2] == key.shape[:2]
+            and value.shape[2] % heads == 0
+            and past_key is None
+            and past_value is None
+            and not (self.want_present or self.want_qk)
+            and _reads_heads(xp, query, key, value)
+            and (bias is None or compiled.accepts(xp, bias))
+        ):
+            mask = self._additive_mask(key_padding_mask, batch, seq, 0, key.shape[1], np.dtype(dtype))
+            compiled_mask = _compiled_mask(xp, (batch, heads, seq, key.shape[1]), mask, attention_bias)
+            if compiled_mask is not None:
+                # Fresh sums for the query and key, the inputs not being ours to add to; the
+                # value's bias rides on the merge.
+                if bias is not None:
+                    query, key = query + bias[:q_hidden], key + bias[q_hidden : 2 * q_hidden]
+                v_bias = None if bias is None else bias[2 * q_hidden :]
+                return (_mkl_attend(query, key, value, heads, scale, compiled_mask, v_bias),)
 
         # Q, scaled once here instead of on the (B, N, S, T) scores.
         q = _heads_contiguous(xp, query, heads, None if bias is None else bias[:q_hidden], scale)

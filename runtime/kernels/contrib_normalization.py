@@ -118,7 +118,8 @@ class _SkipNormalization(Kernel):
         batch, seq, width = x.shape
         zeros = np.zeros(width, np.float32)  # an absent beta or bias adds nothing
         out = np.empty_like(x)
-        summed = np.empty_like(x) if self.want_sum else out  # the loop normalizes its sum in place
+        # Without the sum as an output, one scratch row, not `out`: aliased, the loop runs scalar.
+        summed = np.empty_like(x) if self.want_sum else np.empty((1, width), np.float32)
         mean = np.empty((batch, seq, 1), np.float32)
         inv_std = np.empty((batch, seq, 1), np.float32)
         compiled.skip_layer_norm_rows(

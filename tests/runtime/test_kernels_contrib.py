@@ -13,13 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from runtime.kernels import compiled
+from runtime.kernels import compiled, contrib_attention, gemm
 from runtime.kernels.registry import find_kernel
 
 MS = "com.microsoft"
@@ -576,7 +577,7 @@ def loop_calls(monkeypatch):
         "fast_gelu_rows",
         "bias_fast_gelu_rows",
         "skip_layer_norm_rows",
-        "masked_softmax_rows",
+        "masked_softmax_heads",
     ):
         spy(name)
     return calls
@@ -733,7 +734,7 @@ def test_attention_softmax_takes_the_compiled_loop(batch, seq, hidden, mask_name
         "mask_index": _masks(batch, seq)[mask_name] if mask_name != "none" else None,
     }
     check("Attention", inputs, num_heads=4, unidirectional=1)
-    assert loop_calls == {"masked_softmax_rows": 1}
+    assert loop_calls == {"masked_softmax_heads": 1}
 
 
 def test_attention_softmax_falls_back_when_scores_are_an_output(loop_calls):
@@ -742,6 +743,132 @@ def test_attention_softmax_falls_back_when_scores_are_an_output(loop_calls):
     outputs = [("output", F), ("", F), ("", F), ("qk", F)]
     check("MultiHeadAttention", inputs, outputs=outputs, num_heads=4)
     assert loop_calls == {}
+
+
+@pytest.mark.parametrize(
+    "mask_shape", [None, (1, 1, 1, 7), (2, 1, 5, 7), (1, 3, 1, 7), (2, 3, 5, 7), (2, 1, 1, 7)]
+)
+def test_masked_softmax_heads_broadcasts_its_mask(mask_shape):
+    """The oracle is float64 numpy softmax(scores + mask); masked keys at -1e4 and float32's lowest."""
+    scores = rand(2, 3, 5, 7, scale=4)
+    mask = np.zeros((1, 1, 1, 7), np.float32) if mask_shape is None else rand(*mask_shape, seed=1)
+    mask[..., -1] = -1e4
+    mask[..., 0] = np.finfo(np.float32).min
+    total = scores.astype(np.float64) + mask
+    want = np.exp(total - total.max(-1, keepdims=True))
+    want /= want.sum(-1, keepdims=True)
+    compiled.masked_softmax_heads(scores, mask)
+    np.testing.assert_allclose(scores, want, rtol=1e-5, atol=1e-7)
+
+
+def test_skip_layer_norm_loop_with_a_scratch_row_matches_a_full_sum():
+    x, skip = rand(6, 40), rand(6, 40, seed=1)
+    gamma, beta, bias = rand(40, seed=2), rand(40, seed=3), rand(40, seed=4)
+    results = []
+    for summed in (np.empty((6, 40), np.float32), np.empty((1, 40), np.float32)):
+        out, mean, inv_std = np.empty_like(x), np.empty(6, np.float32), np.empty(6, np.float32)
+        epsilon = np.float32(1e-5)
+        compiled.skip_layer_norm_rows(x, skip, bias, gamma, beta, epsilon, True, out, summed, mean, inv_std)
+        results.append((out, mean, inv_std))
+    # Not bitwise: the row sums are reassociated, and how depends on the arrays' alignment.
+    for full, scratch in zip(*results, strict=True):
+        np.testing.assert_allclose(scratch, full, rtol=1e-6, atol=1e-6)
+
+
+def test_wide_vectors_marks_the_calling_function():
+    """The attribute must reach LLVM: llvmlite has no string attributes, so this leans on its printing."""
+
+    @numba.njit
+    def doubled(x):
+        compiled._wide_vectors()
+        for i in range(x.shape[0]):
+            x[i] *= 2
+
+    x = np.arange(4, dtype=np.float32)
+    doubled(x)
+    np.testing.assert_array_equal(x, [0, 2, 4, 6])
+    assert '"prefer-vector-width"="512"' in next(iter(doubled.inspect_llvm().values()))
+
+
+# ---------------------------------------------------------------- attention reading heads in place
+# With MKL, Attention and MultiHeadAttention on 3-D numpy float32 projections read every head
+# straight from them (contrib_attention._mkl_attend); past, present and qk outputs take the path
+# that copies heads out. Both against ORT.
+
+needs_mkl = pytest.mark.skipif(not gemm.available(), reason=f"no MKL here: {gemm.unavailable_reason()}")
+
+
+@pytest.fixture
+def head_reads(monkeypatch):
+    calls = []
+    real = contrib_attention._mkl_attend
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return real(*args)
+
+    monkeypatch.setattr(contrib_attention, "_mkl_attend", counted)
+    return calls
+
+
+ATTENTION_PATH_CASES = {
+    "2d_mask": dict(mask="2d_raw"),
+    "1d_lengths_causal": dict(mask="1d_lengths", unidirectional=1),
+    "3d_mask": dict(mask="3d"),
+    "no_bias": dict(mask="2d_raw", bias=False),
+    "qkv_hidden_sizes": dict(mask="2d_raw", dv=8),
+    "scale": dict(mask="none", scale=0.3),
+    "bias_per_head": dict(mask="none", attention_bias=(1, HEADS, SEQ, SEQ)),
+    "bias_per_batch_and_mask": dict(mask="2d_raw", attention_bias=(BATCH, 1, SEQ, SEQ)),
+    "bias_full_and_causal": dict(
+        mask="1d_lengths", attention_bias=(BATCH, HEADS, SEQ, SEQ), unidirectional=1
+    ),
+}
+
+
+@needs_mkl
+@pytest.mark.parametrize("case", list(ATTENTION_PATH_CASES))
+def test_attention_reads_heads_in_place(case, head_reads):
+    spec = ATTENTION_PATH_CASES[case]
+    dv = spec.get("dv", HIDDEN)
+    bias_shape = spec.get("attention_bias")
+    inputs = {
+        "input": rand(BATCH, SEQ, HIDDEN),
+        "weights": rand(HIDDEN, 2 * HIDDEN + dv, scale=0.5, seed=1),
+        "bias": rand(2 * HIDDEN + dv, seed=2) if spec.get("bias", True) else None,
+        "mask_index": _masks()[spec["mask"]],
+        "past": None,
+        "attention_bias": None if bias_shape is None else rand(*bias_shape, seed=3),
+    }
+    attrs = {"num_heads": HEADS, "unidirectional": spec.get("unidirectional", 0)}
+    if "scale" in spec:
+        attrs["scale"] = spec["scale"]
+    if "dv" in spec:
+        attrs["qkv_hidden_sizes"] = [HIDDEN, HIDDEN, dv]
+    check("Attention", inputs, **attrs)
+    assert head_reads == [(BATCH, SEQ, HIDDEN)]
+
+
+@needs_mkl
+def test_attention_with_present_copies_heads(head_reads):
+    inputs = {
+        "input": rand(BATCH, SEQ, HIDDEN),
+        "weights": rand(HIDDEN, 3 * HIDDEN, scale=0.5, seed=1),
+        "bias": rand(3 * HIDDEN, seed=2),
+        "mask_index": _masks()["2d_raw"],
+    }
+    check("Attention", inputs, outputs=[("Y", F), ("present", F)], num_heads=HEADS)
+    assert head_reads == []
+
+
+@needs_mkl
+@pytest.mark.parametrize(
+    ("layout", "with_bias", "reads"), [("3d", True, True), ("3d", False, True), ("bnsh", True, False)]
+)
+def test_multi_head_attention_reads_heads_in_place(layout, with_bias, reads, head_reads):
+    inputs = _mha_inputs(layout, with_bias, mask=_masks(seq=KV_SEQ)["2d_raw"], attention_bias=True)
+    check("MultiHeadAttention", inputs, num_heads=HEADS)
+    assert head_reads == ([(BATCH, SEQ, HIDDEN)] if reads else [])
 
 
 def test_compiled_loops_run_where_numba_cannot_cache(tmp_path):
