@@ -42,6 +42,9 @@ class SessionOptions:
     profile_file_prefix: str = "fusionwatch_profile"
     intra_op_num_threads: int = 0  # 0: leave the BLAS library's own default
     enable_gelu_approximation: bool = False
+    # Keep freed intermediates' memory for the next run, as onnxruntime's arena does
+    # (runtime/memory.py; process-wide, applied by the first session that asks).
+    enable_cpu_mem_arena: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -51,6 +54,8 @@ class SessionOptions:
         normalize_level(self.graph_optimization_level)
         if isinstance(self.disabled_optimizers, str):
             raise ValueError("disabled_optimizers takes a list of rule names, not one string")
+        if not isinstance(self.enable_cpu_mem_arena, bool):
+            raise ValueError(f"enable_cpu_mem_arena must be True or False, got {self.enable_cpu_mem_arena!r}")
         if not isinstance(self.intra_op_num_threads, int) or self.intra_op_num_threads < 0:
             raise ValueError(f"intra_op_num_threads must be an int >= 0, got {self.intra_op_num_threads!r}")
 

@@ -38,6 +38,7 @@ from runtime.errors import GraphPlanError, InvalidFeedError, InvalidOutputNameEr
 from runtime.executor import GraphExecutor
 from runtime.kernels import gemm
 from runtime.kernels.base import Kernel
+from runtime.memory import keep_freed_memory
 from runtime.options import SessionOptions
 from runtime.plan import Plan
 from runtime.profiler import ACTIVE_PROFILER, Profiler, provider_name
@@ -127,6 +128,8 @@ class InferenceSession:
             Profiler(options.profile_file_prefix, self._provider) if options.enable_profiling else None
         )
         limit_blas_threads(options.intra_op_num_threads)
+        if options.enable_cpu_mem_arena:
+            keep_freed_memory()
 
         started = time.perf_counter_ns()
         model, loading_event = _load(path_or_model)
