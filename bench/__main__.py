@@ -5,7 +5,8 @@ Prints, per model:
     onnxruntime's `session_initialization` at ORT_ENABLE_ALL read from its profile (which also
     excludes model loading); target ours / onnxruntime <= 0.5 at level all.
   - executor: median ms per level for ours and onnxruntime (ORT_SEQUENTIAL, same thread count,
-    same level), the ratio, and our fusion speedup (disabled / all).
+    same level; timed in alternating blocks of two runs), the ratio, and our fusion speedup
+    (disabled / all).
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
     (runtime/profile_table.py).
@@ -120,6 +121,26 @@ def bench_optimizer(path: Path, threads: int) -> dict:
     return {"levels": rows, "ort_session_initialization_ms": ort_ms, "ratio_all": rows["all"]["pass_ms"] / ort_ms}
 
 
+def interleaved_medians(first, second, runs: int, block: int = 2, warmup: int = 2) -> tuple[float, float]:
+    """Median ms of each of two calls, timed in alternating blocks of `block` runs, so that a
+    machine whose load drifts (a shared 2-core VM) weighs on both alike. Each block starts after
+    a pause, so that the other engine's worker threads, which spin for a while after a run
+    (onnxruntime's do), have gone to sleep."""
+    for _ in range(warmup):
+        first()
+        second()
+    times: tuple[list[float], list[float]] = ([], [])
+    while len(times[0]) < runs:
+        for call, samples in ((first, times[0]), (second, times[1])):
+            time.sleep(0.05)
+            call()  # the block's first run pays for waking the threads; untimed
+            for _ in range(min(block, runs - len(samples))):
+                started = time.perf_counter()
+                call()
+                samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def bench_executor(path: Path, threads: int, runs: int) -> dict:
     import runtime
 
@@ -127,12 +148,12 @@ def bench_executor(path: Path, threads: int, runs: int) -> dict:
     for level in LEVEL_NAMES:
         reference = ort_session(path, level, threads)
         feeds = feeds_for(reference)
-        ort_ms = median_ms(partial(reference.run, None, feeds), runs)
         ours = runtime.InferenceSession(
             str(path), runtime.SessionOptions(graph_optimization_level=level, intra_op_num_threads=threads)
         )
-        our_ms = median_ms(partial(ours.run, None, feeds), runs)
+        our_ms, ort_ms = interleaved_medians(partial(ours.run, None, feeds), partial(reference.run, None, feeds), runs)
         rows[level] = {"ours_ms": our_ms, "ort_ms": ort_ms, "ratio": our_ms / ort_ms}
+        del ours, reference
     return {"levels": rows, "fusion_speedup": rows["disabled"]["ours_ms"] / rows["all"]["ours_ms"]}
 
 
