@@ -66,7 +66,8 @@ def _log_sum_exp(xp, x, axis, keepdims):
     shift = xp.max(x, axis=axis, keepdims=True)
     shift = xp.where(xp.isfinite(shift), shift, 0).astype(x.dtype, copy=False)
     total = xp.sum(xp.exp(x - shift), axis=axis, keepdims=True)
-    result = xp.log(total)
+    with np.errstate(divide="ignore"):  # log(0) = -inf is the answer (all inputs -inf), not an error
+        result = xp.log(total)
     result += shift
     if not keepdims:
         result = result.reshape(_reduced_shape(x.shape, axis))
