@@ -1,21 +1,23 @@
-"""Our convolution paths next to onnxruntime on ResNet-50's layer shapes, one thread each.
+"""Our convolution paths next to onnxruntime on ResNet-50's layer shapes, one thread each by default.
 
-For each layer: Conv (NCHW) on the numpy path (im2col + BLAS GEMM), Conv on oneDNN
-(runtime/kernels/onednn.py, where installed), NhwcFusedConv (channels-last, what the layout
-level runs) on oneDNN, and onnxruntime's Conv. Prints median milliseconds per call; not a
-test. Pin it to one core on a busy machine:
+For each layer: Conv (NCHW, levels basic and extended) on the numpy path (im2col + BLAS GEMM),
+NhwcFusedConv (channels-last, what the layout level runs) on the same numpy path (a run-time
+weight) and on oneDNN (a constant weight, where installed: runtime/kernels/onednn.py), and
+onnxruntime's Conv. Prints median milliseconds per call; not a test. Pin it to one core on a busy machine:
 
     taskset -c 0 .venv/bin/python -m bench.conv_micro
+    FUSIONWATCH_BENCH_THREADS=2 .venv/bin/python -m bench.conv_micro
 
-Thread counts are fixed at one before numpy is imported, so every side gets one core.
+Thread counts are fixed (one by default) before numpy is imported, so every side gets as many.
 """
 
 from __future__ import annotations
 
 import os
 
+THREADS = int(os.environ.get("FUSIONWATCH_BENCH_THREADS", "1"))
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_variable, "1")
+    os.environ.setdefault(_variable, str(THREADS))
 
 import functools  # noqa: E402
 import statistics  # noqa: E402
@@ -44,13 +46,16 @@ LAYERS = {
 
 
 def _model(op, domain, x_shape, w, b, attributes):
+    """One node; `w` None makes the weight a graph input (a run-time weight, the numpy path)."""
     node = helper.make_node(op, ["x", "w", "b"], ["y"], domain=domain, **attributes)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
+    initializers = [numpy_helper.from_array(b, "b")]
+    if w is None:
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, None))
+    else:
+        initializers.append(numpy_helper.from_array(w, "w"))
     graph = helper.make_graph(
-        [node],
-        "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+        [node], "conv", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=initializers
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets)
@@ -62,6 +67,9 @@ def _kernel(kind, op, domain, x_shape, w, b, attributes):
 
 
 def _median_ms(call, repeats=30):
+    # OpenBLAS's workers spin for ~0.1 s after a GEMM (the numpy paths'); left spinning they
+    # would take the second core from whatever is timed next.
+    time.sleep(0.3)
     call()  # warm-up: plans, primitives, caches
     samples = []
     for _ in range(repeats):
@@ -74,13 +82,13 @@ def _median_ms(call, repeats=30):
 def main() -> None:
     rng = np.random.default_rng(0)
     print(f"oneDNN: {'available' if onednn.available() else onednn.unavailable_reason()}")
-    print(f"{'layer':28s} {'numpy':>8s} {'oneDNN':>8s} {'NHWC':>8s} {'ORT':>8s}  ms per call")
+    print(f"{'layer':28s} {'NCHW':>8s} {'NHWC':>8s} {'oneDNN':>8s} {'ORT':>8s}  ms per call")
     for name, (x_shape, w_shape, attributes) in LAYERS.items():
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
         b = rng.standard_normal(w_shape[0]).astype(np.float32)
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = THREADS
         options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(
             _model("Conv", "", x_shape, w, b, attributes).SerializeToString(),
@@ -89,19 +97,19 @@ def main() -> None:
         )
         conv = _kernel(Conv, "Conv", "", x_shape, w, b, attributes)
         x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-        nhwc = _kernel(NhwcFusedConv, "NhwcFusedConv", "com.microsoft", x_last.shape, w, b, attributes)
+        nhwc = _kernel(NhwcFusedConv, "NhwcFusedConv", "com.microsoft", x_last.shape, None, b, attributes)
+        library = _kernel(NhwcFusedConv, "NhwcFusedConv", "com.microsoft", x_last.shape, w, b, attributes)
         reference = session.run(None, {"x": x})[0]
-        np.testing.assert_allclose(conv.convolve(x, w, b), reference, rtol=1e-3, atol=1e-3)
         np.testing.assert_allclose(conv.run(x, w, b)[0], reference, rtol=1e-3, atol=1e-3)
-        np.testing.assert_allclose(
-            nhwc.run(x_last, w, b)[0].transpose(0, 3, 1, 2), reference, rtol=1e-3, atol=1e-3
-        )
-        numpy_ms = _median_ms(functools.partial(conv.convolve, x, w, b))
-        library_ms = _median_ms(functools.partial(conv.run, x, w, b))
-        nhwc_ms = _median_ms(functools.partial(nhwc.run, x_last, w, b))
-        ort_ms = _median_ms(functools.partial(session.run, None, {"x": x}))
-        print(f"{name:28s} {numpy_ms:8.2f} {library_ms:8.2f} {nhwc_ms:8.2f} {ort_ms:8.2f}")
-
+        for kernel in (nhwc, library):
+            np.testing.assert_allclose(kernel.run(x_last, w, b)[0].transpose(0, 3, 1, 2), reference, rtol=1e-3, atol=1e-3)
+        times = [
+            _median_ms(functools.partial(conv.run, x, w, b)),
+            _median_ms(functools.partial(nhwc.run, x_last, w, b)),
+            _median_ms(functools.partial(library.run, x_last, w, b)) if library._primitives else float("nan"),
+            _median_ms(functools.partial(session.run, None, {"x": x})),
+        ]
+        print(f"{name:28s} " + " ".join(f"{t:8.2f}" for t in times))
 
 if __name__ == "__main__":
     main()

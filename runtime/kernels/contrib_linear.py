@@ -175,15 +175,11 @@ class FusedConv(Conv):
         self.params = dict(zip(names, (float(v) for v in values), strict=True))
 
     def run(self, x, w, b=None, z=None):
-        primitive = self.library_primitive(x, w, b, z, channels_last=False)
-        if primitive is not None:
-            y = primitive(x, b, z)  # Z added by oneDNN
-        else:
-            y = self.convolve(x, w, b)
-            if z is not None:
-                if z.shape != y.shape:
-                    raise ValueError(f"FusedConv '{self.node.name}': Z has shape {z.shape}, output has {y.shape}")
-                y += z
+        (y,) = super().run(x, w, b)
+        if z is not None:
+            if z.shape != y.shape:
+                raise ValueError(f"FusedConv '{self.node.name}': Z has shape {z.shape}, output has {y.shape}")
+            y += z
         if self.activation is not None:
             self.activation(self.xp, y, self.params)
         return (y,)

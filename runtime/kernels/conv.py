@@ -1,8 +1,7 @@
 """Convolution kernels: Conv and ConvTranspose for 1-D, 2-D and 3-D images, NC... layout.
+(The layout level's channels-last convolutions, on oneDNN where installed, are in conv_nhwc.py.)
 
-A float32 Conv with a constant weight and one group runs on oneDNN where it is installed
-(runtime/kernels/onednn.py; `_Convolution.library_primitive` decides). Otherwise Conv takes
-one of two numpy paths, chosen once per input shape and cached:
+Conv takes one of two paths, chosen once per input shape and cached:
 - pointwise (every kernel dim 1, no padding): a plain matmul over channels, the ResNet
   bottleneck's 1x1 convolutions — no copy beyond striding;
 - otherwise im2col: a zero-copy `as_strided` window view, materialised once by reshape into
@@ -24,10 +23,8 @@ import itertools
 import math
 
 import numpy as np
-import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels import onednn
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -94,13 +91,13 @@ def _windows(xp, padded, kernel, out, strides, dilations):
         *(s * d for s, d in zip(ss, dilations, strict=True)),
         *(s * t for s, t in zip(ss, strides, strict=True)),
     )
-    return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=steps, **({"writeable": False} if xp is np else {}))  # CuPy has no read-only views
+    read_only = {"writeable": False} if xp is np else {}  # CuPy has no read-only views
+    return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=steps, **read_only)
 
 
 class _Convolution(Kernel):
-    """The attributes every convolution reads (Conv, ConvTranspose, NhwcFusedConv), a cache
-    for the plan each one makes per input shape, and the oneDNN primitives (one per input
-    shape) that run float32 convolutions with a constant weight where oneDNN is installed."""
+    """The attributes every convolution reads (Conv, ConvTranspose, NhwcFusedConv), and a
+    cache for the plan each one makes per input shape."""
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
@@ -110,66 +107,6 @@ class _Convolution(Kernel):
         self.strides = self.attr("strides")
         self.pads = self.attr("pads")
         self._plans: dict = {}
-        self._primitives: dict = {}
-        # The weight oneDNN reorders once: a float32 constant no feed can replace.
-        weight = node.inputs[1] if len(node.inputs) > 1 else None
-        self._library_weight = None
-        if (
-            weight is not None
-            and weight.const_value is not None
-            and not weight.is_graph_input()
-            and weight.const_value.dtype == ir.DataType.FLOAT
-            and backend.xp is np
-            and onednn.available()
-        ):
-            self._library_weight = weight.const_value.numpy()
-
-    def library_primitive(self, x, w, b, z, channels_last):
-        """The oneDNN primitive for this call (runtime/kernels/onednn.py), or None where the
-        numpy path runs: no oneDNN, a weight that is not a float32 constant, other dtypes."""
-        weight = self._library_weight
-        if (
-            weight is None
-            # NC... grouped convolutions measured slower on oneDNN than on im2col (depthwise
-            # 3x3 x64 @56x56: 1.99 against 1.03 ms, `python -m bench.conv_micro`); channels-last
-            # ones faster.
-            or (self.group != 1 and not channels_last)
-            or w.shape != weight.shape
-            or x.dtype != np.float32
-            or (b is not None and (b.dtype != np.float32 or b.shape != (weight.shape[0],)))
-            or (z is not None and z.dtype != np.float32)
-        ):
-            return None
-        key = (x.shape, b is not None, z is not None)
-        primitive = self._primitives.get(key)
-        if primitive is None:
-            sizes = x.shape[1:-1] if channels_last else x.shape[2:]
-            kernel = weight.shape[2:]
-            if len(sizes) != len(kernel) or len(kernel) not in (1, 2, 3):
-                return None  # the numpy path raises the clear error, or handles the rank
-            channels = x.shape[-1] if channels_last else x.shape[1]
-            if weight.shape[1] * self.group != channels:
-                return None  # ditto: the plan names the mismatch
-            strides = self.strides or [1] * len(kernel)
-            dilations = self.dilations or [1] * len(kernel)
-            begin, end = spatial_pads(self.auto_pad, self.pads, sizes, kernel, strides, dilations)
-            out = conv_output_sizes(sizes, begin, end, kernel, strides, dilations)
-            primitive = self._primitives[key] = onednn.ConvPrimitive(
-                x.shape,
-                weight,
-                b is not None,
-                group=self.group,
-                strides=strides,
-                dilations=dilations,
-                begin=begin,
-                end=end,
-                out=out,
-                channels_last=channels_last,
-                residual=z is not None,
-            )
-        if z is not None and z.shape != primitive.out_shape:
-            return None
-        return primitive
 
     def plan(self, x_shape, w_shape):
         """`_plan(x_shape, w_shape)`, made once per pair of input shapes."""
@@ -200,13 +137,6 @@ class Conv(_Convolution):
         return pointwise, begin, end, kernel, out, strides, dilations
 
     def run(self, x, w, b=None):
-        primitive = self.library_primitive(x, w, b, None, channels_last=False)
-        if primitive is not None:
-            return (primitive(x, b),)
-        return (self.convolve(x, w, b),)
-
-    def convolve(self, x, w, b=None):
-        """The numpy path: a pointwise matmul or im2col plus one batched GEMM."""
         xp = self.xp
         dtype = x.dtype
         if dtype == np.float16:
@@ -229,7 +159,7 @@ class Conv(_Convolution):
         y = y.reshape(n, m, positions)
         if b is not None:
             y += b.reshape(m, 1)
-        return y.reshape((n, m, *out)).astype(dtype, copy=False)
+        return (y.reshape((n, m, *out)).astype(dtype, copy=False),)
 
 
 class ConvTranspose(_Convolution):

@@ -1,6 +1,6 @@
-"""float32 convolutions on oneDNN where it is installed: what NhwcFusedConv and FusedConv/Conv
-hand to `ConvPrimitive`, with the bias and the residual sum Z added by the primitive in the same
-pass over the output.
+"""float32 channels-last convolutions on oneDNN where it is installed: what NhwcFusedConv (the
+layout level's convolution) hands to `ConvPrimitive`, with the bias and the residual sum Z added
+by the primitive in the same pass over the output.
 
 The activation is not a oneDNN post-op: oneDNN's ReLU (and Clip, HardSigmoid) computes a
 maximum that turns NaN into 0 in its channels-last kernels, where onnxruntime and ONNX keep NaN.
@@ -14,6 +14,9 @@ channel-blocked data instead; oneDNN's jit convolutions do the same (weights reo
 the blocked layout the kernel reads, activations read channels-last as they are), so the
 convolution library is the one well-kept implementation of that idea we can call, as MKL is for
 GEMMs (runtime/kernels/gemm.py). `bench/conv_micro.py` and `make bench` show the difference.
+NC... convolutions (Conv and FusedConv, levels basic and extended) stay on im2col: on NCHW data
+oneDNN falls back to its own GEMM path, which measured no faster than ours (slower with two
+threads: `FUSIONWATCH_BENCH_THREADS=2 python -m bench.conv_micro`).
 
 oneDNN comes from the optional `onednn-cpu-gomp` wheel (`pip install fusionwatch[onednn]`,
 which `make` installs): libdnnl is found through that wheel's file list (or sys.prefix/lib) and
@@ -274,9 +277,8 @@ def _strides(shape, order) -> list[int]:
 class ConvPrimitive:
     """One float32 convolution, fixed input shape, constant weight (reordered once, here).
 
-    `x_shape` and the output are laid out channels-last (`channels_last`) or NC... as ONNX's
-    Conv; the weight is ONNX's (M, C/group, *kernel); `residual`: whether a Z of the output's
-    shape is added.
+    `x_shape` (N, *spatial, C) and the output are channels-last; the weight is ONNX's
+    (M, C/group, *kernel); `residual`: whether a Z of the output's shape is added.
     """
 
     def __init__(
@@ -291,21 +293,17 @@ class ConvPrimitive:
         begin,
         end,
         out,
-        channels_last: bool,
         residual: bool = False,
     ) -> None:
         if _load() is None:
             raise RuntimeError(f"oneDNN is not available: {_load_error}")
         rank = len(out)
-        if channels_last:
-            n, *sizes, c = x_shape
-        else:
-            n, c, *sizes = x_shape
+        n, *sizes, c = x_shape
         m = weight.shape[0]
-        order = (0, *range(2, 2 + rank), 1) if channels_last else tuple(range(2 + rank))
+        order = (0, *range(2, 2 + rank), 1)  # oneDNN's dims are (N, C, *spatial); memory is channels-last
         src_dims = [n, c, *sizes]
         dst_dims = [n, m, *out]
-        self.out_shape = (n, *out, m) if channels_last else (n, m, *out)
+        self.out_shape = (n, *out, m)
         self.residual = residual
         self.bias = bias
         src = _memory_desc(src_dims, _strides(src_dims, order))
