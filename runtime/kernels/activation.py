@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled
+from runtime.kernels import compiled, cuda_fused
 from runtime.kernels.base import Kernel
 from runtime.kernels.elementwise import erf
 
@@ -230,6 +230,12 @@ class Gelu(Formula):
                 f"Gelu node '{node.name}': attribute 'approximate' must be 'none' or 'tanh', "
                 f"got {self.approximate!r}"
             )
+
+    def run(self, x):
+        # On CUDA one elementwise launch, in float32 for float16 too, as Formula computes it.
+        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x):
+            return (cuda_fused.gelu(x, tanh=self.approximate == "tanh"),)
+        return super().run(x)
 
     def formula(self, x):
         xp = self.xp

@@ -4,8 +4,9 @@ These exist to be cheaper than the chains they replace (Add -> Div -> Erf -> Add
 for BiasGelu). On numpy float32 with the usual layout (contiguous, bias over the last axis) the
 Gelus run one compiled pass (runtime/kernels/compiled.py), 4x (FastGelu) to 13x (BiasGelu) faster than the
 in-place ufunc sequence below, which remains the path for other dtypes, layouts and backends:
-it allocates only the output and does every later step in place (`out=`). The ONNX-domain
-Gelu lives in activation.py.
+it allocates only the output and does every later step in place (`out=`). On the CUDA backend,
+float32 and float16 take one elementwise launch each (runtime/kernels/cuda_fused.py) instead
+of that sequence's six. The ONNX-domain Gelu lives in activation.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import numpy as np
 
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled
+from runtime.kernels import compiled, cuda_fused
 from runtime.kernels.base import Kernel
 from runtime.kernels.elementwise import erf
 
@@ -69,6 +70,8 @@ class Gelu(Kernel):
             out = np.empty_like(x)
             compiled.gelu_rows(_as_rows(x), _as_rows(out))
             return (out,)
+        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x):
+            return (cuda_fused.gelu(x),)
         return (_exact_gelu(self.xp, x),)
 
 
@@ -82,6 +85,8 @@ class BiasGelu(Kernel):
             out = np.empty_like(a)
             compiled.bias_gelu_rows(_as_rows(a), bias, _as_rows(out))
             return (out,)
+        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(a, bias):
+            return (cuda_fused.gelu(a, bias),)
         return (_exact_gelu(self.xp, self.xp.add(a, bias)),)
 
 
@@ -102,6 +107,8 @@ class FastGelu(Kernel):
             out = np.empty_like(x)
             compiled.bias_fast_gelu_rows(_as_rows(x), bias, _as_rows(out))
             return (out,)
+        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x, bias):
+            return (cuda_fused.gelu(x, bias, tanh=True),)
         return (_tanh_gelu(xp, x if bias is None else xp.add(x, bias)),)
 
 
@@ -118,6 +125,8 @@ class QuickGelu(Kernel):
 
     def run(self, x):
         xp = self.xp
+        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x):
+            return (cuda_fused.quick_gelu(x, self.alpha),)
         dtype = x.dtype.type
         y = xp.multiply(x, dtype(-self.alpha))
         # exp overflows to inf for very negative alpha x; x / inf = 0 is the right limit.

@@ -22,6 +22,11 @@ left, the context's merge. attention_bias joins the mask in the softmax pass ins
 a pass of its own (BERT exports carry their padding mask that way). `python -m bench.fused_kernels`
 times it against the head-copying path (`copied`), which every other case still takes.
 
+On the CUDA backend (runtime/kernels/cuda_fused.py), float32 Attention with a mask_index it reads
+raw (none, 1-D, 2-D, 3-D) is the cuBLAS products plus three launches: one splits the heads (bias,
+scale, present on the way), one masks and softmaxes the scores, one copy merges the heads; every other case on CUDA,
+MultiHeadAttention included, still gets the one-launch masked softmax in `_attend`.
+
 Masks (mask_index / key_padding_mask), as ORT reads them: 1-D (B) key lengths, 1-D (2B) end then
 start positions, 2-D (B, T) raw 0/1, 2-D (B|1, 1) a broadcast dummy that masks nothing, 3-D
 (B, S, T) raw 0/1, 4-D (B, 1, M, M) Megatron-style (rows past..past+S, columns 0..T of it; ORT's
@@ -37,7 +42,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled, gemm
+from runtime.kernels import compiled, cuda_fused, gemm
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 MS = "com.microsoft"
@@ -110,9 +115,6 @@ def _compiled_mask(xp, scores_shape, additive_mask, attention_bias):
     return mask if compiled.accepts(xp, mask) else None
 
 
-_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-
-
 def _reads_heads(xp, *projections) -> bool:
     """Whether `_mkl_attend` can take these (B, L, N*H) projections: numpy float32 with MKL,
     the last axis contiguous and every stride and size within MKL's 32-bit integers."""
@@ -127,23 +129,10 @@ def _reads_heads(xp, *projections) -> bool:
             and x.strides[2] == 4
             and x.strides[1] % 4 == 0
             and x.strides[0] % 4 == 0
-            and x.strides[0] // 4 < gemm._INT_LIMIT
+            and x.strides[0] // 4 < gemm.INT_LIMIT
             for x in projections
         )
-        and max(x.shape[1] for x in projections) ** 2 < gemm._INT_LIMIT  # a head's (S, T) scores
-    )
-
-
-def _head_products(heads, m, n, k, alpha, a, b, c, trans_b=False):
-    """C_h = alpha A_h B_h (B_h transposed if asked) for every head, in one MKL batch-strided
-    SGEMM. a, b, c: (address, leading dimension, head step), both counted in float32 elements;
-    head steps smaller than a matrix are fine for A and B (a projection's heads interleave by
-    rows), MKL refuses them for C only. Shares gemm.py's MKL handle and its argument types."""
-    (a_at, lda, a_step), (b_at, ldb, b_step), (c_at, ldc, c_step) = a, b, c
-    trans = _TRANS if trans_b else _NO_TRANS
-    gemm._load().cblas_sgemm_batch_strided(
-        _ROW_MAJOR, _NO_TRANS, trans, m, n, k, alpha, a_at, lda, a_step, b_at, ldb, b_step, 0.0,
-        c_at, ldc, c_step, heads,
+        and max(x.shape[1] for x in projections) ** 2 < gemm.INT_LIMIT  # a head's (S, T) scores
     )
 
 
@@ -173,12 +162,12 @@ def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
     for b in range(batch):
         q_rows, k_rows = _rows_of(q, b, head), _rows_of(k, b, head)
         score_rows = _rows_of(scores, b, seq * total)
-        _head_products(heads, seq, total, head, scale, q_rows, k_rows, score_rows, trans_b=True)
+        gemm.batch_strided(heads, seq, total, head, scale, q_rows, k_rows, score_rows, trans_b=True)
     compiled.masked_softmax_heads(scores, mask)
     for b in range(batch):
         score_rows, v_rows = _rows_of(scores, b, seq * total), _rows_of(v, b, head_v)
         context_rows = _rows_of(context, b, seq * head_v)
-        _head_products(heads, seq, head_v, total, 1.0, score_rows, v_rows, context_rows)
+        gemm.batch_strided(heads, seq, head_v, total, 1.0, score_rows, v_rows, context_rows)
     out = np.empty((batch, seq, width_v), np.float32)
     compiled.merge_heads(context, _NO_BIAS if v_bias is None else v_bias, out)
     return out
@@ -277,6 +266,13 @@ class _AttentionCore(Kernel):
         """
         xp = self.xp
         scores = gemm.product(xp, q, k.transpose(0, 1, 3, 2))  # fresh (B, N, S, T)
+        if (
+            self.backend.name == "cuda"
+            and not keep_scores
+            and cuda_fused.softmax_fits(scores, additive_mask, attention_bias)
+        ):
+            cuda_fused.masked_softmax(scores, additive_mask, attention_bias)
+            return _merge_heads(gemm.product(xp, scores, v)), None
         compiled_mask = None
         if not keep_scores:
             compiled_mask = _compiled_mask(xp, scores.shape, additive_mask, attention_bias)
@@ -363,6 +359,14 @@ class Attention(_AttentionCore):
             qkv = gemm.product(xp, x, weights)
         dtype = qkv.dtype.type
         scale = dtype(self.scale or 1.0 / math.sqrt(dq // heads))
+        if self.backend.name == "cuda" and cuda_fused.attention_fits(
+            qkv, bias, mask_index, past, attention_bias, heads, (dq, dk, dv)
+        ):
+            return cuda_fused.attention(
+                qkv, bias, mask_index, past, attention_bias, heads, (dq, dk, dv), scale,
+                unidirectional=self.unidirectional, mask_filter_value=self.mask_filter_value,
+                want_present=self.want_present,
+            )
         if (
             past is None
             and not self.want_present

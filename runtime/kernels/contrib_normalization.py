@@ -8,7 +8,9 @@ full-size tensor at nearly every step. Row statistics are batched vector dots th
 (`rows @ rows`), which reads the row once and writes one number, where `(x * x).mean(-1)` would
 write a full-size square first. On numpy float32 with contiguous inputs, SkipLayerNormalization
 and SkipSimplifiedLayerNormalization go further: one compiled loop (runtime/kernels/compiled.py)
-does sum, statistics and scaling row by row while the row is in L1.
+does sum, statistics and scaling row by row while the row is in L1. On the CUDA backend, float32
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization and
+EmbedLayerNormalization are one launch each (runtime/kernels/cuda_fused.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled
+from runtime.kernels import compiled, cuda_fused
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 MS = "com.microsoft"
@@ -82,6 +84,11 @@ class _SkipNormalization(Kernel):
             )
         if self._compiled_fits(x, skip, gamma, beta, bias):
             return self._normalize_compiled(x, skip, gamma, beta, bias)
+        if self.backend.name == "cuda" and cuda_fused.skip_norm_fits(x, skip, gamma, beta, bias):
+            return cuda_fused.skip_layer_norm(
+                x, skip, gamma, beta, bias, self.epsilon, self.centered,
+                self.want_mean or self.want_inv_std, self.want_sum,
+            )
         total = xp.add(x, skip)  # skip may be (B, S, H), (1, S, H) or (S, H): numpy broadcasting
         if total.shape != x.shape:
             raise ValueError(
@@ -175,6 +182,9 @@ class SimplifiedLayerNormalization(Kernel):
 
     def run(self, x, scale):
         xp = self.xp
+        if self.backend.name == "cuda" and cuda_fused.rms_norm_fits(x, scale, self.axis):
+            y, inv_std = cuda_fused.rms_norm(x, scale, self.axis, self.epsilon)
+            return (y, inv_std) if self.want_inv_std else (y,)
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
         lead = x.shape[:axis]
         rows = x.astype(np.float32, copy=True).reshape(*lead, -1)  # fresh: normalized in place
@@ -227,6 +237,33 @@ class EmbedLayerNormalization(Kernel):
     ):
         xp = self.xp
         batch, seq = input_ids.shape
+        fused = None
+        if self.backend.name == "cuda" and cuda_fused.embed_fits(
+            input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, position_ids
+        ):
+            # None where an id is out of range: the lookups below then raise, naming it.
+            fused = cuda_fused.embed_layer_norm(
+                input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta,
+                position_ids, self.epsilon, self.want_sum,
+            )
+        if fused is not None:
+            total, summed = fused
+        else:
+            total, summed = self._sum_normalized(
+                input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta,
+                position_ids,
+            )
+        if mask is not None:
+            mask_index = mask.sum(axis=1, dtype=np.int32)
+        else:
+            mask_index = xp.zeros((batch,), dtype=np.int32)
+        return total, mask_index, summed
+
+    def _sum_normalized(
+        self, input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, position_ids
+    ):
+        xp = self.xp
+        seq = input_ids.shape[1]
         total = self._lookup(word_embedding, input_ids, "input_ids")  # fresh (B, S, H)
         if position_ids is None:
             if seq > position_embedding.shape[0]:
@@ -243,11 +280,7 @@ class EmbedLayerNormalization(Kernel):
         layer_norm_in_place(xp, total, self.epsilon)
         total *= gamma
         total += beta
-        if mask is not None:
-            mask_index = mask.sum(axis=1, dtype=np.int32)
-        else:
-            mask_index = xp.zeros((batch,), dtype=np.int32)
-        return total, mask_index, summed
+        return total, summed
 
 
 KERNELS = [

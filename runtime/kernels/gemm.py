@@ -44,7 +44,7 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _B_MATRIX, _PACKED = 162, 151
 _PACK_M = 128  # the M handed to the pack calls; any M works at compute time (see docstring)
 _int, _float, _ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-_INT_LIMIT = 2**31  # sizes and strides MKL's LP64 interface can take
+INT_LIMIT = 2**31  # sizes and strides MKL's LP64 interface can take
 
 _library: ctypes.CDLL | None = None
 _load_error: str | None = None
@@ -254,7 +254,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     m, k = a.shape[-2:]
     n = b.shape[-1]
     batch = a.size // (m * k) if m * k else 0
-    if max(m * k, k * n, m * n, batch) >= _INT_LIMIT:
+    if max(m * k, k * n, m * n, batch) >= INT_LIMIT:
         return None
     out = np.empty((*a.shape[:-1], n), np.float32)
     if out.size == 0:
@@ -285,6 +285,19 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     return out
 
 
+def batch_strided(count, m, n, k, alpha, a, b, c, trans_b=False) -> None:
+    """C_i = alpha A_i B_i (B_i transposed if asked) for i < count: float32, row-major, one MKL
+    call. a, b, c are (address, leading dimension, step from one matrix to the next), counted in
+    float32 elements; steps smaller than a matrix are fine for A and B (attention's heads
+    interleave by rows), MKL refuses them for C only. The caller has checked `available()` and
+    that every size and stride is below INT_LIMIT."""
+    (a_at, lda, a_step), (b_at, ldb, b_step), (c_at, ldc, c_step) = a, b, c
+    _library.cblas_sgemm_batch_strided(
+        _ROW_MAJOR, _NO_TRANS, _TRANS if trans_b else _NO_TRANS, m, n, k, alpha, a_at, lda, a_step,
+        b_at, ldb, b_step, 0.0, c_at, ldc, c_step, count,
+    )
+
+
 def applies(packed: PackedWeight | None, a, b) -> bool:
     """Whether `a @ b` may run as `matmul_packed(a, packed)`: B is still the constant that was
     packed (same shape; graph inputs are never packed), A is float32 of rank >= 2 and has
@@ -297,7 +310,7 @@ def applies(packed: PackedWeight | None, a, b) -> bool:
         and a.dtype == np.float32
         and a.ndim >= 2
         and a.shape[-1] == packed.k
-        and a.size // packed.k * packed.n < _INT_LIMIT
+        and a.size // packed.k * packed.n < INT_LIMIT
     )
 
 
