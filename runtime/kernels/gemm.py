@@ -31,14 +31,13 @@ same speed (packing at M = 1, 16 or 128 measured alike), so one buffer per weigh
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
 import os
 import platform
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
+
+from runtime.kernels.native import wheel_library
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _B_MATRIX, _PACKED = 162, 151
@@ -51,18 +50,6 @@ _load_error: str | None = None
 _loaded = False
 
 
-def _library_path() -> Path | None:
-    """libmkl_rt from the installed `mkl` wheel's files, else from sys.prefix/lib."""
-    candidates = []
-    try:
-        files = importlib.metadata.files("mkl") or []
-    except importlib.metadata.PackageNotFoundError:
-        files = []
-    candidates += [Path(f.locate()).resolve() for f in files if Path(str(f)).name.startswith("libmkl_rt.so")]
-    candidates += sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
-    return next((path for path in candidates if path.is_file()), None)
-
-
 def _load() -> ctypes.CDLL | None:
     global _library, _load_error, _loaded
     if _loaded:
@@ -71,7 +58,7 @@ def _load() -> ctypes.CDLL | None:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         _load_error = f"MKL is x86_64 only; this machine is {platform.machine()}"
         return None
-    path = _library_path()
+    path = wheel_library("mkl", "libmkl_rt.so")
     if path is None:
         _load_error = "the mkl package is not installed (pip install fusionwatch[mkl])"
         return None

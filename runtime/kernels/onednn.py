@@ -33,15 +33,15 @@ between convolutions instead of spinning beside MKL's and numba's work.
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
 import math
 import os
 import platform
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
+
+from runtime.kernels.native import wheel_library
 
 _F32 = 3  # dnnl_f32
 _FORMAT_ANY = 1  # dnnl_format_tag_any
@@ -94,18 +94,6 @@ def _check(status: int, call: str) -> None:
         raise OneDnnError(f"oneDNN {call} failed: {_STATUS.get(status, f'status {status}')}")
 
 
-def _library_path() -> Path | None:
-    """libdnnl from the installed `onednn-cpu-gomp` wheel's files, else from sys.prefix/lib."""
-    candidates = []
-    try:
-        files = importlib.metadata.files("onednn-cpu-gomp") or []
-    except importlib.metadata.PackageNotFoundError:
-        files = []
-    candidates += [Path(f.locate()).resolve() for f in files if Path(str(f)).name.startswith("libdnnl.so")]
-    candidates += sorted(Path(sys.prefix, "lib").glob("libdnnl.so*"))
-    return next((path for path in candidates if path.is_file()), None)
-
-
 def _load() -> ctypes.CDLL | None:
     global _library, _load_error, _loaded
     if _loaded:
@@ -116,7 +104,7 @@ def _load() -> ctypes.CDLL | None:
             f"the onednn-cpu-gomp wheel is x86_64 Linux only; this is {sys.platform} {platform.machine()}"
         )
         return None
-    path = _library_path()
+    path = wheel_library("onednn-cpu-gomp", "libdnnl.so")
     if path is None:
         _load_error = "the onednn-cpu-gomp package is not installed (pip install fusionwatch[onednn])"
         return None

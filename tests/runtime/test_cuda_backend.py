@@ -35,6 +35,7 @@ from runtime.kernels.registry import find_kernel
 from runtime.providers import ProviderFallbackWarning, provider_names
 from tests.models import patterns
 from tests.oracle import ATOL, MODELS, RTOL, fixture_feeds, run_onnxruntime
+from tests.runtime.test_kernels_contrib import _masks as contrib_masks
 
 LEVELS = ["disabled", "basic", "extended", "layout", "all"]
 FIXTURES = sorted(path.name for path in MODELS.glob("*.onnx"))
@@ -427,22 +428,9 @@ BATCH, SEQ, HIDDEN, HEADS = 2, 40, 32, 4  # 40 keys: each warp lane takes two co
 
 
 def _masks(past=0):
-    """Every mask_index format ORT's CPU Attention takes, keyed by a readable name."""
-    total = past + SEQ
-    lengths = np.array([total - 7, total], np.int32)
-    raw = (np.arange(total)[None, :] < lengths[:, None]).astype(np.int32)
-    raw[1, 1] = 0  # a hole, which key lengths can't express
-    three_d = np.repeat(raw[:, None, :], SEQ, axis=1)
-    three_d[0, 0, :] = 0
-    three_d[0, 0, 0] = 1
-    return {
-        "none": None,
-        "1d_lengths": lengths,
-        "1d_end_start": np.array([total - 1, total, 1, 5], np.int32),
-        "2d_raw": raw,
-        "2d_dummy": np.ones((BATCH, 1), np.int32),
-        "3d": three_d.astype(np.int32),
-    }
+    """Every mask_index format ORT's CPU Attention takes (test_kernels_contrib's set), at this
+    file's sizes."""
+    return contrib_masks(BATCH, SEQ, past)
 
 
 @pytest.mark.parametrize("mask_name", list(_masks()))
