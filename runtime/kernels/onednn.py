@@ -51,6 +51,7 @@ _FORWARD_INFERENCE = 96  # dnnl_forward_inference
 _CONVOLUTION_DIRECT = 1  # dnnl_convolution_direct
 _BINARY_ADD = 0x1FFF0
 _QUERY_WEIGHTS_MD = 131
+_QUERY_IMPL_INFO = 8  # dnnl_query_impl_info_str
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS = 1, 17, 33, 41
 _ARG_SRC_1 = 2
 _ARG_POST_OP_BASE = 32768  # DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) = base * (i + 1)
@@ -117,6 +118,7 @@ def _load() -> ctypes.CDLL | None:
         return None
     library.dnnl_primitive_desc_query_md.restype = _ptr
     library.dnnl_primitive_desc_query_md.argtypes = [_ptr, ctypes.c_int, ctypes.c_int]
+    library.dnnl_primitive_desc_query.argtypes = [_ptr, ctypes.c_int, ctypes.c_int, _ptr]
     library.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
     library.dnnl_memory_desc_get_size.argtypes = [_ptr]
     library.dnnl_memory_desc_create_with_strides.argtypes = [
@@ -292,8 +294,6 @@ class ConvPrimitive:
         src_dims = [n, c, *sizes]
         dst_dims = [n, m, *out]
         self.out_shape = (n, *out, m)
-        self.residual = residual
-        self.bias = bias
         src = _memory_desc(src_dims, _strides(src_dims, order))
         dst = _memory_desc(dst_dims, _strides(dst_dims, order))
         if group == 1:
@@ -315,7 +315,6 @@ class ConvPrimitive:
             )
         _check(_library.dnnl_primitive_attr_set_post_ops(attr.pointer, post_ops.pointer), "set_post_ops")
 
-        self._descs = (src, dst, user_weight, any_weight, bias_desc)
         primitive_desc = _Handle("dnnl_primitive_desc_destroy")
         _check(
             _library.dnnl_convolution_forward_primitive_desc_create(
@@ -368,6 +367,17 @@ class ConvPrimitive:
         self._dst = _memory(dst.pointer)
         self._bias = _memory(bias_desc.pointer) if bias_desc else None
         self._z = _memory(dst.pointer) if residual else None
+
+    @property
+    def implementation(self) -> str:
+        """oneDNN's name for the kernel it chose, e.g. "brgconv:avx512_core"; "ref:any" means its
+        slow reference loops (a layout or shape its fast kernels don't take)."""
+        name = ctypes.c_char_p()
+        _check(
+            _library.dnnl_primitive_desc_query(self._primitive_desc.pointer, _QUERY_IMPL_INFO, 0, ctypes.byref(name)),
+            "primitive_desc_query",
+        )
+        return name.value.decode()
 
     def __call__(
         self, x: np.ndarray, bias: np.ndarray | None = None, z: np.ndarray | None = None

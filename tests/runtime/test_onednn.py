@@ -143,6 +143,23 @@ def test_a_strided_input_is_copied_for_onednn():
     np.testing.assert_allclose(channels_first(y), expected, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize(
+    "x_shape, w_shape, attributes",
+    [
+        ((1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),  # ResNet-50's conv2 3x3
+        ((1, 64, 56, 56), (256, 64, 1, 1), {}),  # its 1x1 expansion
+        ((1, 3, 224, 224), (64, 3, 7, 7), dict(pads=[3, 3, 3, 3], strides=[2, 2])),  # its stem
+    ],
+    ids=["3x3", "1x1", "stem"],
+)
+def test_resnet_layers_get_a_jit_kernel_not_the_reference_loops(x_shape, w_shape, attributes):
+    x, w, b = arrays(x_shape, w_shape)
+    kernel = nhwc_kernel(attributes, w)
+    kernel.run(channels_last(x), w, b)
+    (primitive,) = kernel._primitives.values()
+    assert not primitive.implementation.startswith("ref"), primitive.implementation
+
+
 def test_a_primitive_onednn_refuses_raises_with_the_call_named():
     w = np.zeros((4, 3, 3, 3), np.float32)
     with pytest.raises(onednn.OneDnnError, match="convolution_forward_primitive_desc_create failed"):
