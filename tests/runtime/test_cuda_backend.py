@@ -60,9 +60,9 @@ def cupy():
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except cupy.cuda.runtime.CUDARuntimeError as error:
-        pytest.skip(f"no usable CUDA device for the GPU tests: {error}")
+        pytest.skip(reason=f"no usable CUDA device for the GPU tests: {error}")
     if count < 1:
-        pytest.skip("no CUDA device for the GPU tests")
+        pytest.skip(reason="no CUDA device for the GPU tests")
     return cupy
 
 
