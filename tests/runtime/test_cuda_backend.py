@@ -35,6 +35,7 @@ from runtime.kernels.registry import find_kernel
 from runtime.providers import ProviderFallbackWarning, provider_names
 from tests.models import patterns
 from tests.oracle import ATOL, MODELS, RTOL, fixture_feeds, run_onnxruntime
+from tests.runtime.test_kernels_contrib import _embed_inputs as contrib_embed_inputs
 from tests.runtime.test_kernels_contrib import _masks as contrib_masks
 
 LEVELS = ["disabled", "basic", "extended", "layout", "all"]
@@ -355,19 +356,9 @@ def test_simplified_layer_norm_on_cuda(cupy, fused_calls, axis):
     assert fused_calls["rms_norm"] == 1
 
 
-def _embed_inputs(mask=True, segment=True, position_ids_shape=None, batch=2, seq=5, hidden=96, vocab=20):
-    rng = np.random.default_rng(7)
-    return {
-        "input_ids": rng.integers(0, vocab, (batch, seq)).astype(np.int32),
-        "segment_ids": rng.integers(0, 2, (batch, seq)).astype(np.int32) if segment else None,
-        "word_embedding": _rand(vocab, hidden),
-        "position_embedding": _rand(16, hidden, seed=1),
-        "segment_embedding": _rand(2, hidden, seed=2) if segment else None,
-        "gamma": _rand(hidden, seed=3),
-        "beta": _rand(hidden, seed=4),
-        "mask": np.array([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1]], np.int32) if mask else None,
-        "position_ids": rng.integers(0, 16, position_ids_shape).astype(np.int32) if position_ids_shape else None,
-    }
+def _embed_inputs(mask=True, segment=True, position_ids_shape=None):
+    """test_kernels_contrib's EmbedLayerNormalization inputs, at a width with several warps a row."""
+    return contrib_embed_inputs(mask, segment, position_ids_shape, hidden=96)
 
 
 @pytest.mark.parametrize(("mask", "segment"), [(True, True), (False, False)])
