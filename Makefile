@@ -9,7 +9,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev install-export install-gpu run test bench conformance lint fixtures clean
+.PHONY: install install-dev install-export install-gpu install-cuda run test bench conformance lint fixtures clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,10 @@ install-export: $(EXPSTAMP)
 install-gpu: $(STAMP)
 	$(BIN)/pip uninstall -q -y onnxruntime
 	$(BIN)/pip install -q -e '.[gpu]'
+
+# CuPy, for our executor on CUDA (providers=["CUDAExecutionProvider", ...]); needs an NVIDIA driver.
+install-cuda: $(STAMP)
+	$(BIN)/pip install -q -e '.[cuda]'
 
 # The database is FUSIONWATCH_DATABASE_URL (default: SQLite at var/fusionwatch.db); migrations first.
 run: $(STAMP)
