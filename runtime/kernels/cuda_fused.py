@@ -369,6 +369,30 @@ def rms_norm(x, scale, axis, epsilon):
     return y.reshape(x.shape), inv_std.reshape(*x.shape[:axis], *([1] * (x.ndim - axis)))
 
 
+def layer_norm_fits(x, scale, bias, axis) -> bool:
+    """float32 x normalized over [axis, rank) with scale (and bias) of exactly that shape."""
+    params = [p for p in (scale, bias) if p is not None]
+    if not accepts(x, *params):
+        return False
+    axis = axis + x.ndim if axis < 0 else axis
+    return 0 <= axis < x.ndim and all(p.shape == x.shape[axis:] for p in params) and scale.size <= MAX_WIDTH
+
+
+def layer_norm(x, scale, bias, axis, epsilon, want_stats):
+    """ONNX LayerNormalization (float32 stash): (y,) or (y, mean, inv_std), the statistics shaped
+    lead + (1,) * (rank - axis) as the CPU kernel returns them."""
+    axis = axis + x.ndim if axis < 0 else axis
+    width = scale.size
+    rows = x.reshape(-1, width)
+    beta = None if bias is None else bias.reshape(-1)
+    y, mean, inv_std, _ = _normalize_rows(rows, None, scale.reshape(-1), beta, None, epsilon, True, want_stats, False)
+    y = y.reshape(x.shape)
+    if not want_stats:
+        return (y,)
+    stats = (*x.shape[:axis], *([1] * (x.ndim - axis)))
+    return y, mean.reshape(stats), inv_std.reshape(stats)
+
+
 def embed_fits(input_ids, segment_ids, word, position, segment, gamma, beta, position_ids) -> bool:
     """int32 (B, S) ids, (1|B, S) position_ids or none (then S within the position table), float32
     (rows, H) tables and (H,) gamma/beta."""

@@ -2,6 +2,7 @@
 
 Statistics of half-precision inputs are computed in float32 (what `stash_type=1` asks for,
 and what ONNX Runtime does for every one of these ops), then the result is cast back.
+On the CUDA backend, float32 LayerNormalization is one launch (runtime/kernels/cuda_fused.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled
+from runtime.kernels import compiled, cuda_fused
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 
@@ -101,6 +102,8 @@ class LayerNormalization(Kernel):
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
         if self._compiled_fits(x, scale, bias, axis):
             return self._normalize_compiled(x, scale, bias)
+        if self.backend.name == "cuda" and self.stash == np.float32 and cuda_fused.layer_norm_fits(x, scale, bias, axis):
+            return cuda_fused.layer_norm(x, scale, bias, axis, self.epsilon, self.want_mean or self.want_inv_std)
         axes = tuple(range(axis, x.ndim))
         work = x.astype(self.stash, copy=False)
         mean = work.mean(axis=axes, keepdims=True)

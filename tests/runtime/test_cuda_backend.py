@@ -238,7 +238,7 @@ def test_no_cuda_device_is_a_clear_error_and_a_fallback(cupy, monkeypatch):
 MS = "com.microsoft"
 F, I32 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT32
 _ELEM = {np.dtype(np.float32): F, np.dtype(np.float16): onnx.TensorProto.FLOAT16, np.dtype(np.int32): I32}
-FUSED_LAUNCHERS = ("skip_layer_norm", "rms_norm", "embed_layer_norm", "gelu", "quick_gelu", "attention", "masked_softmax")
+FUSED_LAUNCHERS = ("skip_layer_norm", "rms_norm", "layer_norm", "embed_layer_norm", "gelu", "quick_gelu", "attention", "masked_softmax")
 
 
 @pytest.fixture
@@ -354,6 +354,17 @@ def test_simplified_layer_norm_on_cuda(cupy, fused_calls, axis):
     outputs = [("Y", F), ("inv_std_var", F)]
     _check_on_cuda(cupy, "SimplifiedLayerNormalization", inputs, outputs, domain="", opset=17, axis=axis)
     assert fused_calls["rms_norm"] == 1
+
+
+@pytest.mark.parametrize("with_stats", [False, True], ids=["Y", "Y, mean, inv_std"])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no bias"])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_layer_normalization_on_cuda_is_one_launch(cupy, fused_calls, axis, with_bias, with_stats):
+    x = _rand(2, 6, 64, scale=3)
+    inputs = {"X": x, "Scale": _rand(*x.shape[axis:], seed=5), "B": _rand(*x.shape[axis:], seed=6) if with_bias else None}
+    outputs = [("Y", F)] + ([("Mean", F), ("InvStdDev", F)] if with_stats else [])
+    _check_on_cuda(cupy, "LayerNormalization", inputs, outputs, domain="", opset=17, axis=axis, epsilon=1e-5)
+    assert fused_calls["layer_norm"] == 1
 
 
 def _embed_inputs(mask=True, segment=True, position_ids_shape=None):
