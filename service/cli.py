@@ -109,6 +109,68 @@ def profile_command(
     console.print(ops)
 
 
+@app.command("run")
+def run_command(
+    model: Annotated[Path, typer.Argument(help="ONNX model file")],
+    engine: Annotated[str, typer.Option("--engine", "-e", help="fusionwatch, onnxruntime or all")] = "all",
+    level: Annotated[
+        str, typer.Option("--level", "-l", help=f"one of {', '.join(LEVEL_NAMES)}, or all-levels")
+    ] = "all",
+    runs: Annotated[int, typer.Option("--runs", help="timed runs, after the warm-up")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="runs left out of the timings")] = 2,
+    threads: Annotated[int, typer.Option("--threads", help="intra-op threads; 0: the engine's default")] = 0,
+    sequence_length: Annotated[
+        int, typer.Option("--sequence-length", help="size of symbolic non-batch input dimensions")
+    ] = 128,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Run MODEL through each engine at each level: fused ops and SequentialExecutor timings."""
+    from service.engines import ENGINES, EngineError, run_engine
+
+    engines = list(ENGINES) if engine == "all" else [engine]
+    levels = list(LEVEL_NAMES) if level == "all-levels" else [level]
+    run_options = {"runs": runs, "warmup": warmup, "threads": threads, "sequence_length": sequence_length}
+    results = []
+    # Level by level with the engines back to back, so a pair compared in the table ran close in time.
+    for level_name in levels:
+        for engine_name in engines:
+            try:
+                results.append(run_engine(engine_name, model, level_name, **run_options))
+            except (EngineError, ValueError) as error:
+                err.print(f"[red]error:[/red] {error}")
+                raise typer.Exit(2) from error
+    if as_json:
+        json.dump({"model": str(model), "results": [r.to_dict() for r in results]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    console = Console()
+    first = results[0]
+    inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
+    versions = ", ".join(dict.fromkeys(f"{r.engine} {r.engine_version}" for r in results))
+    console.print(f"{model}: {first.runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}")
+    table = Table(title="Medians, ms")
+    for heading in ("engine", "level", "fused ops"):
+        table.add_column(heading, no_wrap=True)
+    for heading in ("Execute", "model_run"):
+        table.add_column(heading, justify="right")
+    for result in results:
+        # One fused op per line, domain dropped: the table stays readable in 80 columns.
+        fused = "\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in result.fusions.items())
+        if result.graph_error is not None:
+            fused = "(graph unavailable)"
+        table.add_row(
+            result.engine,
+            result.level,
+            fused or "-",
+            f"{result.execute_ms.median:.3f}",
+            f"{result.model_run_ms.median:.3f}",
+        )
+    console.print(table)
+    for result in results:
+        if result.graph_error is not None:
+            err.print(f"[yellow]note:[/yellow] {result.engine} at {result.level}: {result.graph_error}")
+
+
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",

@@ -6,6 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
+from optimizer import LEVEL_NAMES
 from service import migrate
 from service.cli import app
 from service.core.config import settings
@@ -104,3 +105,36 @@ def test_profile_prints_the_table_of_a_trace(tmp_path):
     assert "BiasGelu" in result.stdout and "MatMul" in result.stdout
     missing = runner.invoke(app, ["profile", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and "none.json" in missing.output
+
+
+def test_run_json_has_both_engines_at_each_level():
+    from tests.oracle import MODELS
+
+    model = MODELS / "bert_static_dynamo_opset20.onnx"
+    args = ["run", str(model), "--engine", "all", "--level", "all-levels", "--runs", "2", "--warmup", "1", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["model"] == str(model)
+    pairs = [(r["engine"], r["level"]) for r in data["results"]]
+    assert pairs == [(engine, level) for level in LEVEL_NAMES for engine in ("fusionwatch", "onnxruntime")]
+    extended = {r["engine"]: r for r in data["results"] if r["level"] == "extended"}
+    assert extended["fusionwatch"]["fusions"]["com.microsoft.BiasGelu"] == 2
+    assert "com.microsoft.BiasGelu" not in extended["onnxruntime"]["fusions"]
+    assert all(r["runs"] == 2 and r["execute_ms"]["median"] > 0 for r in data["results"])
+
+
+def test_run_table_and_bad_inputs(tmp_path):
+    from tests.oracle import MODELS
+
+    model = MODELS / "bert_static_dynamo_opset20.onnx"
+    table = runner.invoke(app, ["run", str(model), "--level", "extended", "--runs", "2", "--warmup", "1"])
+    assert table.exit_code == 0, table.output
+    for text in ("fusionwatch", "onnxruntime", "Attention 2", "BiasGelu 2", "Gemm 12", "Execute", "model_run"):
+        assert text in table.stdout
+    missing = runner.invoke(app, ["run", str(tmp_path / "nope.onnx")])
+    assert missing.exit_code == 2 and "nope.onnx: no such model file" in missing.output
+    engine = runner.invoke(app, ["run", str(model), "--engine", "tvm"])
+    assert engine.exit_code == 2 and "unknown engine 'tvm'" in engine.output
+    level = runner.invoke(app, ["run", str(model), "--level", "max"])
+    assert level.exit_code == 2 and "unknown optimization level 'max'" in level.output

@@ -1,0 +1,87 @@
+"""Engines: run one model through one engine at one optimization level, get fused-op counts and timings.
+
+    from service.engines import run_engine
+    result = run_engine("fusionwatch", "model.onnx", "extended", runs=10)
+    result.fusions            # {"com.microsoft.BiasGelu": 2, ...}
+    result.execute_ms.median  # SequentialExecutor::Execute, warm-up runs left out
+
+Engines: `fusionwatch` (native.py: our optimizer and SequentialExecutor) and `onnxruntime`
+(onnxruntime.py: the reference). Both get the same feeds (feeds.py) and fill the same
+EngineResult (result.py). A model an engine cannot load or run raises EngineError (base.py);
+an unknown engine or level, or a bad count, is a ValueError raised before anything runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from optimizer import LEVEL_NAMES
+from service.engines.base import Engine, EngineError
+from service.engines.feeds import FeedError, make_feeds
+from service.engines.native import FusionwatchEngine
+from service.engines.onnxruntime import OnnxruntimeEngine
+from service.engines.result import EngineResult, TimingStats
+
+# Ours first: it is what is being watched; onnxruntime is the reference beside it.
+ENGINES: dict[str, Engine] = {engine.name: engine for engine in (FusionwatchEngine(), OnnxruntimeEngine())}
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "EngineError",
+    "EngineResult",
+    "FeedError",
+    "TimingStats",
+    "engine_named",
+    "run_engine",
+]
+
+
+def engine_named(name: str) -> Engine:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+    return ENGINES[name]
+
+
+def run_engine(
+    name: str,
+    model_path: str | Path,
+    level: str,
+    runs: int = 10,
+    warmup: int = 2,
+    threads: int = 0,
+    sequence_length: int = 128,
+) -> EngineResult:
+    """Optimize MODEL at `level` with engine `name`, run it `warmup + runs` times, and report.
+
+    Timings are over the last `runs` runs. Symbolic input dimensions other than the batch
+    become `sequence_length` (see feeds.py).
+    """
+    engine = engine_named(name)
+    if level not in LEVEL_NAMES:
+        raise ValueError(f"unknown optimization level {level!r}; choose one of {', '.join(LEVEL_NAMES)}")
+    for label, value, least in (
+        ("runs", runs, 1),
+        ("warmup", warmup, 0),
+        ("threads", threads, 0),
+        ("sequence_length", sequence_length, 1),
+    ):
+        if not isinstance(value, int) or value < least:
+            raise ValueError(f"{label} must be an int >= {least}, got {value!r}")
+    path = Path(model_path)
+    if not path.is_file():
+        raise EngineError(name, level, path, "no such model file")
+    try:
+        # The graph only: feeds need input types and embedding table shapes, not weights on disk.
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # protobuf's DecodeError and friends
+        raise EngineError(
+            name, level, path, f"not a readable ONNX model ({type(error).__name__}: {error})"
+        ) from error
+    try:
+        feeds = make_feeds(model, sequence_length)
+    except FeedError as error:
+        raise EngineError(name, level, path, f"cannot make inputs: {error}") from error
+    return engine.run(path, level, feeds, runs=runs, warmup=warmup, threads=threads)

@@ -1,0 +1,72 @@
+"""Our engine: fusionwatch's optimizer at the level, then its SequentialExecutor (runtime/).
+
+Counts come from the optimizer's own report for the session (`session.optimize_result.report`),
+so they are exactly what `fusionwatch optimize` says; timings from the session's profile trace,
+written to a temporary folder and gone once read.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Mapping
+from importlib.metadata import version as package_version
+from pathlib import Path
+
+import numpy as np
+
+import runtime
+from service.engines.base import failing_as
+from service.engines.feeds import describe_feeds, feeds_digest
+from service.engines.result import EngineResult, read_timings
+
+
+class FusionwatchEngine:
+    name = "fusionwatch"
+
+    def version(self) -> str:
+        return package_version("fusionwatch")
+
+    def run(
+        self,
+        model_path: Path,
+        level: str,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        runs: int,
+        warmup: int,
+        threads: int,
+    ) -> EngineResult:
+        with tempfile.TemporaryDirectory(prefix="fusionwatch-engine-") as folder:
+            options = runtime.SessionOptions(
+                graph_optimization_level=level,
+                intra_op_num_threads=threads,
+                enable_profiling=True,
+                profile_file_prefix=str(Path(folder) / "fusionwatch_profile"),
+            )
+            with failing_as(self.name, level, model_path, "could not create a session"):
+                started = time.perf_counter()
+                session = runtime.InferenceSession(model_path, options)
+                session_ms = (time.perf_counter() - started) * 1000
+            with failing_as(self.name, level, model_path, "failed while running"):
+                for _ in range(warmup + runs):
+                    session.run(None, feeds)
+            with failing_as(self.name, level, model_path, "could not read its profile trace"):
+                timings = read_timings(session.end_profiling(), warmup)
+        report = session.optimize_result.report
+        return EngineResult(
+            engine=self.name,
+            engine_version=self.version(),
+            level=level,
+            engine_level=level,
+            threads=threads,
+            runs=timings.runs,
+            ops_after=dict(report.ops_after),
+            fusions=dict(report.fusions),
+            nodes_after=report.nodes_after,
+            model_run_ms=timings.model_run_ms,
+            execute_ms=timings.execute_ms,
+            session_ms=session_ms,
+            inputs=describe_feeds(feeds),
+            feeds_digest=feeds_digest(feeds),
+        )

@@ -1,0 +1,176 @@
+"""The reference engine: onnxruntime's CPU provider at the matching GraphOptimizationLevel, ORT_SEQUENTIAL.
+
+The only module of the service that imports onnxruntime. Timings come from onnxruntime's own
+profile trace, read as ours is (runtime/profile_table.py). Op counts come from the optimized
+model onnxruntime writes (`optimized_model_filepath`), keyed as our optimizer's report keys
+them. That file is written by a second session, not the timed one, so its serialization is not
+counted in `session_ms`; should onnxruntime fail to write it (it warns that graphs with NCHWc
+layout ops are machine-specific, and older releases refused some), the timings still stand and
+`graph_error` says why the counts are missing.
+
+onnxruntime does not mark the nodes its transformers create, as our optimizer does, so a fused
+op here is a node whose op is one our rules emit at this level (optimizer/rule.py `emits`,
+optimizer/levels.py) and that the original graph has no node of that name and op for (a
+FusedConv keeps its Conv's name, a Gemm from MatMulAddFusion gets a new one). A fusion that
+rewrites a node in place, keeping name and op (ConvBNFusion's Conv), does not count; onnxruntime's
+NCHWc ops (com.microsoft.nchwc.*) are in `ops_after` only, as no rule of ours emits them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from optimizer.levels import LEVELS
+from optimizer.match import op_key
+from runtime.options import ORT_LEVEL_NAMES
+from service.engines.base import failing_as
+from service.engines.feeds import describe_feeds, feeds_digest
+from service.engines.result import EngineResult, read_timings
+
+# Our level name -> onnxruntime's GraphOptimizationLevel member, in the same order.
+LEVEL_MEMBERS = {ours: member for member, ours in ORT_LEVEL_NAMES.items()}
+# onnxruntime releases without ORT_ENABLE_LAYOUT ran their layout transformers (NCHWc) at
+# ORT_ENABLE_ALL, the lowest level that had them; that is the level that matches our layout.
+LAYOUT_FALLBACK = "ORT_ENABLE_ALL"
+OPTIMIZED_MODEL = "optimized.onnx"
+# onnxruntime's MatMulAddFusion wraps each Gemm it makes in Reshapes with these names; they are
+# its helpers, as our MatMulAddFusion's Reshapes are, not ReshapeFusion's fused Reshapes.
+HELPER_NAME_PREFIXES = ("gemm_input_reshape", "gemm_output_reshape")
+
+
+def graph_optimization_level(level: str) -> tuple[str, ort.GraphOptimizationLevel]:
+    """onnxruntime's member name and value for our level name."""
+    member = LEVEL_MEMBERS[level]
+    if not hasattr(ort.GraphOptimizationLevel, member):
+        member = LAYOUT_FALLBACK
+    return member, getattr(ort.GraphOptimizationLevel, member)
+
+
+def fused_op_keys(level: str) -> frozenset[str]:
+    """The op keys our rules at `level` emit: the keys our report's `fusions` can have."""
+    return frozenset(key for rule in LEVELS[level] for key in rule.emits)
+
+
+def count_ops(
+    optimized: onnx.ModelProto, original: onnx.ModelProto, level: str
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(ops_after, fusions) of onnxruntime's optimized graph, keyed as our report keys them."""
+    keys = fused_op_keys(level)
+    existing = {(node.name, op_key(node)) for node in original.graph.node}
+    nodes = list(optimized.graph.node)
+    ops_after = Counter(op_key(node) for node in nodes)
+    fusions = Counter(
+        op_key(node)
+        for node in nodes
+        if op_key(node) in keys
+        and (node.name, op_key(node)) not in existing
+        and not node.name.startswith(HELPER_NAME_PREFIXES)
+    )
+    return dict(sorted(ops_after.items())), dict(sorted(fusions.items()))
+
+
+class OnnxruntimeEngine:
+    name = "onnxruntime"
+
+    def version(self) -> str:
+        return ort.__version__
+
+    def run(
+        self,
+        model_path: Path,
+        level: str,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        runs: int,
+        warmup: int,
+        threads: int,
+    ) -> EngineResult:
+        member, value = graph_optimization_level(level)
+        with tempfile.TemporaryDirectory(prefix="fusionwatch-onnxruntime-") as name:
+            folder = Path(name)
+            options = _options(value)
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.enable_profiling = True
+            options.profile_file_prefix = str(folder / "onnxruntime_profile")
+            with failing_as(self.name, level, model_path, f"could not create a session at {member}"):
+                started = time.perf_counter()
+                session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+                session_ms = (time.perf_counter() - started) * 1000
+            with failing_as(self.name, level, model_path, "failed while running"):
+                for _ in range(warmup + runs):
+                    session.run(None, dict(feeds))
+            with failing_as(self.name, level, model_path, "could not read its profile trace"):
+                timings = read_timings(session.end_profiling(), warmup)
+            graph, graph_error = self._optimized_graph(model_path, member, value, folder)
+        if graph is None:
+            ops_after, fusions, nodes_after = {}, {}, None
+        else:
+            original = onnx.load(str(model_path), load_external_data=False)
+            ops_after, fusions = count_ops(graph, original, level)
+            nodes_after = len(graph.graph.node)
+        return EngineResult(
+            engine=self.name,
+            engine_version=self.version(),
+            level=level,
+            engine_level=member,
+            threads=threads,
+            runs=timings.runs,
+            ops_after=ops_after,
+            fusions=fusions,
+            nodes_after=nodes_after,
+            model_run_ms=timings.model_run_ms,
+            execute_ms=timings.execute_ms,
+            session_ms=session_ms,
+            inputs=describe_feeds(feeds),
+            feeds_digest=feeds_digest(feeds),
+            graph_error=graph_error,
+        )
+
+    def _optimized_graph(
+        self, model_path: Path, member: str, value: ort.GraphOptimizationLevel, folder: Path
+    ) -> tuple[onnx.ModelProto | None, str | None]:
+        """onnxruntime's optimized graph (weights left on disk), or None and the reason it is missing.
+
+        The timed session has already loaded and run this model at this level, so a failure
+        here is onnxruntime's writing or our reading of the file, not the model: it is reported
+        in the result rather than discarding the timings.
+        """
+        path = folder / OPTIMIZED_MODEL
+        options = _options(value)
+        options.intra_op_num_threads = 1  # this session only writes the graph; it never runs
+        options.optimized_model_filepath = str(path)
+        # Weights go beside the graph, so models over protobuf's 2 GiB can be written and the
+        # graph read back without them.
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", path.name + ".data"
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+        try:
+            ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+            return onnx.load(str(path), load_external_data=False), None
+        except Exception as error:
+            return None, (
+                f"onnxruntime {ort.__version__} could not write its optimized graph at {member} "
+                f"({type(error).__name__}: {error}); op counts are unavailable, timings stand"
+            )
+
+
+def _options(level: ort.GraphOptimizationLevel) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    # Errors only: warnings (such as the NCHWc serialization one) would land in the service's
+    # stderr beside its JSON logs, and every failure still surfaces as an exception.
+    options.log_severity_level = 3
+    return options
