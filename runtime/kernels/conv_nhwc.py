@@ -162,6 +162,7 @@ class NhwcFusedConv(_Convolution):
         weight = self._library_weight
         if (
             weight is None
+            or not onednn.available()  # e.g. in a forked child (onednn._after_fork_in_child)
             or w.shape != weight.shape
             or x.dtype != np.float32
             or (b is not None and (b.dtype != np.float32 or b.shape != (weight.shape[0],)))

@@ -74,6 +74,7 @@ _stream = _ptr()
 # (only their data pointers change), so calls take turns; each one uses every core anyway.
 _stream_lock = threading.Lock()
 _threads = 0  # the last count set_threads was given; 0: OpenMP's default
+_ran = False  # whether a primitive has run: from then on libgomp has started its threads
 
 
 class OneDnnError(RuntimeError):
@@ -172,6 +173,23 @@ def _load() -> ctypes.CDLL | None:
     return library
 
 
+def _after_fork_in_child() -> None:
+    """GNU OpenMP's thread pool does not survive a fork: a child that runs an OpenMP region its
+    parent had started hangs. So a child of a process that has run oneDNN sees it as absent,
+    and its convolutions take the numpy path (a process pool should still spawn, not fork)."""
+    global _library, _load_error
+    if _ran and _library is not None:
+        _library = None
+        _load_error = (
+            "this process was forked from one that had run oneDNN, and GNU OpenMP's threads do "
+            "not survive a fork; start worker processes with spawn to use oneDNN in them"
+        )
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def available() -> bool:
     """True where oneDNN convolutions can be used in this process."""
     return _load() is not None
@@ -242,6 +260,8 @@ def _memory(desc_pointer, data=None) -> _Handle:
 
 def _execute(primitive: _Handle, args: list[tuple[int, _Handle]]) -> None:
     """Run a primitive on the process's stream and wait for it (callers hold _stream_lock)."""
+    global _ran
+    _ran = True
     array = (_ExecArg * len(args))(*[_ExecArg(arg, memory.pointer) for arg, memory in args])
     _check(_library.dnnl_primitive_execute(primitive.pointer, _stream, len(args), array), "primitive_execute")
     _check(_library.dnnl_stream_wait(_stream), "stream_wait")

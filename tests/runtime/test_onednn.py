@@ -7,6 +7,10 @@ constant weight (oneDNN) and a run-time one (numpy); here each case also checks 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -183,3 +187,33 @@ def test_without_onednn_the_kernel_uses_numpy(monkeypatch):
         onednn.ConvPrimitive(
             (1, 6, 6, 4), w, False, group=1, strides=[1, 1], dilations=[1, 1], begin=[1, 1], end=[1, 1], out=[6, 6]
         )
+
+
+_FORK_SCRIPT = """
+import os, signal
+import numpy as np
+from runtime.kernels import onednn
+from runtime.kernels.conv_nhwc import NhwcFusedConv
+from tests.runtime.test_kernels_nhwc import make_node
+x = np.random.default_rng(0).standard_normal((1, 28, 28, 32)).astype(np.float32)
+w = np.random.default_rng(1).standard_normal((32, 32, 3, 3)).astype(np.float32)
+kernel = NhwcFusedConv(make_node("NhwcFusedConv", "com.microsoft", 2, dict(pads=[1, 1, 1, 1]), w), 1)
+(parent,) = kernel.run(x, w)
+assert kernel._primitives, "the parent must have run oneDNN"
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)  # a hang in libgomp would end here, as a failure
+    (child,) = kernel.run(x, w)
+    ok = np.allclose(child, parent, rtol=1e-3, atol=1e-4) and not onednn.available()
+    print(onednn.unavailable_reason(), flush=True)
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+raise SystemExit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_falls_back_to_numpy_instead_of_hanging_in_openmp():
+    done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "forked from one that had run oneDNN" in done.stdout
