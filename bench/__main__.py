@@ -5,8 +5,8 @@ Prints, per model:
     onnxruntime's `session_initialization` at ORT_ENABLE_ALL read from its profile (which also
     excludes model loading); target ours / onnxruntime <= 0.5 at level all.
   - executor: median ms per level for ours and onnxruntime (ORT_SEQUENTIAL, same thread count,
-    same level; timed in alternating blocks of two runs), the ratio, and our fusion speedup
-    (disabled / all).
+    same level; timed in alternating blocks of two runs), the ratio, our peak bytes of live
+    intermediates (session.peak_bytes), and our fusion speedup (disabled / all).
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
     (runtime/profile_table.py).
@@ -152,7 +152,10 @@ def bench_executor(path: Path, threads: int, runs: int) -> dict:
             str(path), runtime.SessionOptions(graph_optimization_level=level, intra_op_num_threads=threads)
         )
         our_ms, ort_ms = interleaved_medians(partial(ours.run, None, feeds), partial(reference.run, None, feeds), runs)
-        rows[level] = {"ours_ms": our_ms, "ort_ms": ort_ms, "ratio": our_ms / ort_ms}
+        rows[level] = {
+            "ours_ms": our_ms, "ort_ms": ort_ms, "ratio": our_ms / ort_ms,
+            "ours_peak_mb": ours.peak_bytes / 2**20,
+        }
         del ours, reference
     return {"levels": rows, "fusion_speedup": rows["disabled"]["ours_ms"] / rows["all"]["ours_ms"]}
 
@@ -224,9 +227,12 @@ def main() -> None:
         if not args.skip_runtime:
             result["executor"] = bench_executor(path, args.threads, args.runs)
             print(f"{name} — executor median ms ({args.runs} runs)")
-            print(f"  {'level':<9} {'ours':>9} {'ort':>9} {'ratio':>6}")
+            print(f"  {'level':<9} {'ours':>9} {'ort':>9} {'ratio':>6} {'our peak MB':>12}")
             for level, row in result["executor"]["levels"].items():
-                print(f"  {level:<9} {row['ours_ms']:9.2f} {row['ort_ms']:9.2f} {row['ratio']:6.2f}")
+                print(
+                    f"  {level:<9} {row['ours_ms']:9.2f} {row['ort_ms']:9.2f} {row['ratio']:6.2f}"
+                    f" {row['ours_peak_mb']:12.1f}"
+                )
             print(f"  fusion speedup (disabled / all): {result['executor']['fusion_speedup']:.2f}")
             if args.profile:
                 result["profile"] = profile_rows(path, args.threads, args.runs, args.profile)
