@@ -7,12 +7,13 @@ two runs interleaved so a noisy machine hurts both alike. One BLAS thread by def
 
     .venv/bin/python bench/layout.py [--runs 10] [--threads 1]
 
-Measured on the 2-core shared dev VM (one BLAS thread, OpenBLAS, 30 interleaved runs, other
-jobs sharing the cores, so medians are noisy and best-of is the steadier number), ms per run:
+Measured on the 2-core shared dev VM (one thread; channels-last convolutions on oneDNN, NCHW
+ones on im2col + OpenBLAS; 30 interleaved runs), ms per run:
                  extended median / best     layout median / best     layout / extended (median)
-    resnet50       114.05 /  92.33            96.15 / 84.12            0.84  (best-of: 0.91)
-    resnet_tiny      0.21 /   0.20             0.20 /  0.19            0.98
-Per layer (bench numbers from the same machine, NCHW Conv kernel -> NHWC kernel, ms): 3x3
+    resnet50       106.56 /  95.04            71.17 / 61.69            0.67  (best-of: 0.65)
+    resnet_tiny      0.24 /   0.20             0.24 /  0.22            0.99  (break-even on 9 tiny convs)
+Before oneDNN (im2col on both sides) resnet50 measured 0.84.
+Per layer before oneDNN (bench numbers from the same machine, NCHW Conv kernel -> NHWC im2col, ms): 3x3
 64->64 @56x56 2.57 -> 2.34; 1x1 64->256 @56x56 1.02 -> 1.02; 1x1 stride 2 256->512 2.16 -> 1.58;
 depthwise 3x3 x64 @56x56 0.89 -> 0.82; grouped (8 groups) 1.29 -> 2.30 (why grouped convs stay
 NCHW). One edge transpose of a 64x56x56 map costs ~0.07 ms, of a 256x56x56 one ~1 ms: a lone
