@@ -17,8 +17,9 @@ Ops, with their domain and why (see optimizer/fusions/nhwc_conv_layout.py):
 Where oneDNN is installed, a float32 NhwcFusedConv with a constant weight runs as one oneDNN
 primitive instead (runtime/kernels/onednn.py): direct convolution on channels-last data with
 bias and Z added in the same pass, the activation applied after it in place (see onednn.py for
-why), about 2.5x faster than im2col + GEMM on ResNet-50's 3x3 layers (`python -m
-bench.conv_micro`). The path below is the fallback, and the reference tests/runtime/test_onednn.py
+why). It took ResNet-50 at level `all` from 1.83x onnxruntime's time to 1.23-1.27x (`make
+bench`; per layer, `python -m bench.conv_micro`, whose single-layer timings swing more on a
+shared machine). The path below is the fallback, and the reference tests/runtime/test_onednn.py
 holds oneDNN to.
 
 The weight is reordered to (groups, K*C/g, M/g) once, on first use, when it is a constant
