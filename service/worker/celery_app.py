@@ -66,3 +66,7 @@ def _run_job(task, job_id: int) -> str:
         return f"job {job_id}: done"
     finally:
         engine.dispose()
+
+
+# For `celery -A service.worker.celery_app worker` and `fusionwatch worker`: the broker from the settings.
+app = celery_app_for(settings.broker_url or "redis://127.0.0.1:6379/0")
