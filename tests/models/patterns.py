@@ -132,6 +132,40 @@ def tanh_gelu(*, cube="pow", half="first", commute=False, coefficient=0.044715, 
     return _act_model(nodes, {"x": [2, 4, 16]}, {"y": [2, 4, 16]}, inits)
 
 
+def factored_tanh_gelu(*, square="nested", commute=False, casts=False, coefficient=0.044715):
+    """0.5·x·(1 + Tanh((√(2/π)·x) · (1 + 0.044715·x·x))) on x [2, 4, 16], as Megatron writes it.
+
+    square: "nested" x·(x·0.044715) | "square" (x·x)·0.044715.
+    casts: x reaches the cube term and the 0.5·x end through float→float Casts (mixed-precision
+    exports; ONNX Runtime's fast_gelu3_with_casts.onnx).
+    """
+    inits = [_scalar("/act/half", 0.5), _scalar("/act/one", 1.0), _scalar("/act/coef", coefficient),
+             _scalar("/act/k", math.sqrt(2.0 / math.pi))]
+    nodes = []
+    x = x_end = "x"
+    if casts:
+        nodes.append(helper.make_node("Cast", ["x"], ["/act/x_f"], name="/act/Cast", to=TensorProto.FLOAT))
+        x = "/act/x_f"
+    if square == "nested":
+        nodes += [_mul(x, "/act/coef", "/act/cx", "/act/Mul_c", commute), _mul(x, "/act/cx", "/act/term", "/act/Mul_sq", commute)]
+    else:
+        nodes += [_mul(x, x, "/act/sq", "/act/Mul_sq", commute), _mul("/act/sq", "/act/coef", "/act/term", "/act/Mul_c", commute)]
+    nodes += [
+        helper.make_node("Add", ["/act/one", "/act/term"] if commute else ["/act/term", "/act/one"], ["/act/br"], name="/act/Add"),
+        _mul(x, "/act/k", "/act/kx", "/act/Mul_k", commute),
+        _mul("/act/kx", "/act/br", "/act/scaled", "/act/Mul_arg", commute),
+        helper.make_node("Tanh", ["/act/scaled"], ["/act/tanh"], name="/act/Tanh"),
+        helper.make_node("Add", ["/act/tanh", "/act/one"], ["/act/bracket"], name="/act/Add_1"),
+        _mul(x_end, "/act/half", "/act/halfx", "/act/Mul_half", commute),
+    ]
+    half = "/act/halfx"
+    if casts:
+        nodes.append(helper.make_node("Cast", [half], ["/act/halfx_f"], name="/act/Cast_half", to=TensorProto.FLOAT))
+        half = "/act/halfx_f"
+    nodes.append(_mul(half, "/act/bracket", "y", "/act/Mul_out", commute))
+    return _act_model(nodes, {"x": [2, 4, 16]}, {"y": [2, 4, 16]}, inits)
+
+
 def quick_gelu(*, alpha=1.702, commute=False, alpha_shape=()):
     """x * Sigmoid(alpha * x) on x [2, 4, 16]; alpha=None gives SiLU, x * Sigmoid(x)."""
     nodes, inits = [], []
