@@ -86,8 +86,16 @@ class _HFWrapper(nn.Module):
 def _build_hf(kind: str, *, layers, hidden, heads, intermediate, vocab, positions,
               attn_implementation):
     # Imported lazily so importing this module (e.g. from the benchmark) stays cheap.
-    from transformers import (BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaModel,
-                              RobertaConfig, RobertaModel)
+    from transformers import (
+        BertConfig,
+        BertModel,
+        GPT2Config,
+        GPT2Model,
+        LlamaConfig,
+        LlamaModel,
+        RobertaConfig,
+        RobertaModel,
+    )
 
     torch.manual_seed(SEED)
     if kind in ("bert", "bert_notype"):
