@@ -33,6 +33,7 @@ from optimizer.match import (
     consumers,
     describe,
     input_at,
+    is_const_close,
     is_op,
     other_input,
     producer,
@@ -205,9 +206,20 @@ def variance_chain(square_node: ir.Node, fused_op: str):
 
 
 def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
-    """Div(d, std) or Mul(d, Reciprocal(std)) with d one of `centered`: (normalized value, nodes)."""
+    """Div(d, std) or Mul(d, 1 / std) with d one of `centered`: (normalized value, nodes).
+
+    1 / std is Reciprocal(std) or, as TorchScript exports torch.rsqrt, Div(1, std)."""
     std = sqrt_node.outputs[0]
     user = reader(std, "Div", "Reciprocal")
+    if is_op(user, "Div") and user.inputs[1] is std and is_const_close(user.inputs[0], 1.0, rtol=0.0):
+        mul = reader(user.outputs[0], "Mul")
+        if mul is None or other_input(mul, user.outputs[0]) not in centered:
+            return fail(
+                "divide",
+                f"1 / the standard deviation ({describe(user)}) feeds {_readers(user.outputs[0])}, "
+                f"not Mul with '{value_name(centered[0])}'",
+            )
+        return mul.outputs[0], [user, mul]
     if is_op(user, "Div"):
         if user.inputs[1] is not std or user.inputs[0] not in centered:
             return fail(

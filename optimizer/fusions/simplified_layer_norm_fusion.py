@@ -23,7 +23,7 @@ from optimizer.fusions.layer_norm_fusion import (
     square_exponent,
     variance_chain,
 )
-from optimizer.match import is_op, producer
+from optimizer.match import is_op, producer, through_noop_casts
 from optimizer.rule import Fail, Match, Rule
 
 
@@ -65,10 +65,13 @@ class SimplifiedLayerNormFusion(Rule):
         if isinstance(tail, Fail):
             return tail
         gamma, _, tail_nodes = tail
+        # Llama's RMSNorm starts with hidden_states.to(float32): on float32 data a no-op Cast the
+        # fused op can read past, so a residual Add in front of it stays visible to SkipLayerNorm.
+        source, _ = through_noop_casts(x)
         return Match(
             nodes=[square_node, *square_extra, var_node, eps_node, sqrt_node, *scale_nodes, *tail_nodes],
             outputs=[tail_nodes[-1].outputs[0]],
-            captures={"x": x, "gamma": gamma, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
+            captures={"x": source, "gamma": gamma, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
         )
 
     def rewrite(self, op: ir.tape.Tape, match: Match):

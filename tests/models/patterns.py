@@ -744,6 +744,12 @@ def _variance_tail(x_centered, *, opset, axes, square, exponent, cast_exponent, 
     ]
     if divide == "div":
         nodes.append(helper.make_node("Div", [x_centered, f"{prefix}/Sqrt_output_0"], [f"{prefix}/Div_output_0"], name=f"{prefix}/Div"))
+    elif divide == "div_one":  # torch.rsqrt through TorchScript: Div(1, std), then Mul
+        inits.append(_scalar(f"{prefix}/one", 1.0))
+        nodes += [
+            helper.make_node("Div", [f"{prefix}/one", f"{prefix}/Sqrt_output_0"], [f"{prefix}/Reciprocal_output_0"], name=f"{prefix}/Div"),
+            helper.make_node("Mul", [x_centered, f"{prefix}/Reciprocal_output_0"], [f"{prefix}/Div_output_0"], name=f"{prefix}/Mul_rsqrt"),
+        ]
     else:
         nodes += [
             helper.make_node("Reciprocal", [f"{prefix}/Sqrt_output_0"], [f"{prefix}/Reciprocal_output_0"], name=f"{prefix}/Reciprocal"),
@@ -811,13 +817,21 @@ def layer_norm(
 
 
 def rms_norm(*, opset=14, square="pow", exponent=2.0, divide="reciprocal", axes=(-1,), epsilon=1e-6,
-             gamma_first=True, extra_outputs=(), extra_consumer=None):
-    """Llama's RMSNorm: x -> Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul(x) -> Mul(gamma) -> y."""
+             gamma_first=True, extra_outputs=(), extra_consumer=None, cast=False):
+    """Llama's RMSNorm: x -> Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul(x) -> Mul(gamma) -> y.
+
+    cast: x.to(float32) first, a no-op Cast on float32 data (transformers' LlamaRMSNorm)."""
     p = "/ln"
-    nodes, inits, normalized = _variance_tail(
-        "x", opset=opset, axes=axes, square=square, exponent=exponent, cast_exponent=False,
+    nodes = []
+    source = "x"
+    if cast:
+        nodes.append(helper.make_node("Cast", ["x"], [f"{p}/x_f"], name=f"{p}/Cast", to=TensorProto.FLOAT))
+        source = f"{p}/x_f"
+    tail_nodes, inits, normalized = _variance_tail(
+        source, opset=opset, axes=axes, square=square, exponent=exponent, cast_exponent=False,
         epsilon=epsilon, eps_const=True, divide=divide, prefix=p,
     )
+    nodes += tail_nodes
     gamma_inputs = [f"{p}/gamma", normalized] if gamma_first else [normalized, f"{p}/gamma"]
     nodes.append(helper.make_node("Mul", gamma_inputs, ["y"], name=f"{p}/Mul"))
     inits.append(_vector(f"{p}/gamma", (16,), seed=3))
@@ -830,8 +844,11 @@ def rms_norm(*, opset=14, square="pow", exponent=2.0, divide="reciprocal", axes=
 
 
 def skip_layer_norm(*, bias=None, sum_consumed=False, x_shape=NORM_SHAPE, skip_shape=NORM_SHAPE, axis=-1,
-                    epsilon=1e-5, opset=17, extra_outputs=()):
+                    epsilon=1e-5, opset=17, extra_outputs=(), norm="LayerNormalization"):
     """x + skip [+ bias] -> LayerNormalization('/ln'): `bias` is None, "x" (Add(x, b) first) or "skip".
+
+    norm: "LayerNormalization", or an RMS norm in either form: "SimplifiedLayerNormalization"
+    (onnxruntime's, ONNX domain) or "RMSNormalization" (opset 23); those take no beta.
 
     `sum_consumed` adds the next residual: Add(ln_out, residual sum), as in GPT-2's pre-LN blocks.
     """
@@ -844,8 +861,8 @@ def skip_layer_norm(*, bias=None, sum_consumed=False, x_shape=NORM_SHAPE, skip_s
         x, skip = ("/ln/biased", skip) if bias == "x" else (x, "/ln/biased")
     nodes += [
         helper.make_node("Add", [x, skip], ["/ln/residual"], name="/ln/ResidualAdd"),
-        helper.make_node("LayerNormalization", ["/ln/residual", "/ln/gamma", "/ln/beta"], ["y"], name="/ln",
-                         axis=axis, epsilon=epsilon),
+        helper.make_node(norm, ["/ln/residual", "/ln/gamma", "/ln/beta"][:3 if norm == "LayerNormalization" else 2],
+                         ["y"], name="/ln", axis=axis, epsilon=epsilon),
     ]
     outputs = ["y"]
     if sum_consumed:

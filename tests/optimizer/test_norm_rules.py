@@ -377,3 +377,42 @@ def test_layer_norm_scale_of_another_symbolic_length_is_a_near_miss():
         "LayerNormFusion at /ln/ReduceMean: gamma 'gamma' of Mul '/ln/Mul' has length 'other', which is not "
         "known to equal the last dimension 'hidden' of 'x'"
     ]
+
+
+# --- the RMS norm's two forms after a residual Add ----------------------------------------
+
+
+@pytest.mark.parametrize(("norm", "opset"), [("SimplifiedLayerNormalization", 17), ("RMSNormalization", 23)])
+@pytest.mark.parametrize("sum_consumed", [False, True])
+def test_residual_add_then_rms_norm_in_either_form_becomes_skip_simplified(norm, opset, sum_consumed):
+    # onnxruntime's SimplifiedLayerNormalization and the standard RMSNormalization-23 (the dynamo
+    # exporter's, for Llama) are one op in two forms: both must meet SkipLayerNormFusion.
+    model = patterns.skip_layer_norm(norm=norm, opset=opset, sum_consumed=sum_consumed)
+    optimized, report = _optimize(model)
+    expected = {"com.microsoft.SkipSimplifiedLayerNormalization": 1}
+    assert report.ops_after == ({**expected, "Add": 1} if sum_consumed else expected)
+    assert report.fusions == expected
+    assert_same_outputs(model, optimized)
+
+
+@pytest.mark.parametrize(("norm", "opset"), [("SimplifiedLayerNormalization", 17), ("RMSNormalization", 23)])
+def test_rms_norm_without_a_residual_add_is_a_near_miss_naming_its_input(norm, opset):
+    model = patterns.rms_norm(opset=opset) if norm == "SimplifiedLayerNormalization" else None
+    if model is None:  # the opset-23 op itself, fed by a graph input
+        model = patterns.skip_layer_norm(norm=norm, opset=opset)
+        model.graph.node[0].op_type = "Mul"  # x * skip: no residual Add in front of the norm
+    _, report = _optimize(model)
+    [miss] = report.explain("SkipLayerNormFusion")
+    assert miss.step == "residual" and "not a residual Add" in miss.reason
+
+
+@pytest.mark.parametrize("divide", ["reciprocal", "div", "div_one"])
+@pytest.mark.parametrize("cast", [False, True])
+def test_llama_rms_norm_forms_fuse(divide, cast):
+    # TorchScript writes torch.rsqrt as Div(1, std) and LlamaRMSNorm's .to(float32) as a Cast.
+    model = patterns.rms_norm(divide=divide, cast=cast)
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"SimplifiedLayerNormalization": 1}
+    [norm] = [n for n in optimized.graph.node if n.op_type == "SimplifiedLayerNormalization"]
+    assert norm.input[0] == "x"
+    assert_same_outputs(model, optimized)
