@@ -211,7 +211,10 @@ def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
     1 / std is Reciprocal(std) or, as TorchScript exports torch.rsqrt, Div(1, std)."""
     std = sqrt_node.outputs[0]
     user = reader(std, "Div", "Reciprocal")
-    if is_op(user, "Div") and user.inputs[1] is std and is_const_close(user.inputs[0], 1.0, rtol=0.0):
+    inverts = is_op(user, "Reciprocal") or (
+        is_op(user, "Div") and user.inputs[1] is std and is_const_close(user.inputs[0], 1.0, rtol=0.0)
+    )
+    if inverts:
         mul = reader(user.outputs[0], "Mul")
         if mul is None or other_input(mul, user.outputs[0]) not in centered:
             return fail(
@@ -229,15 +232,6 @@ def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
                 user,
             )
         return user.outputs[0], [user]
-    if is_op(user, "Reciprocal"):
-        mul = reader(user.outputs[0], "Mul")
-        if mul is None or other_input(mul, user.outputs[0]) not in centered:
-            return fail(
-                "divide",
-                f"Reciprocal of the standard deviation feeds {_readers(user.outputs[0])}, "
-                f"not Mul with '{value_name(centered[0])}'",
-            )
-        return mul.outputs[0], [user, mul]
     return fail("divide", f"the standard deviation {describe(sqrt_node)} feeds {_readers(std)}, not Div or Reciprocal")
 
 
