@@ -2,14 +2,17 @@
 
     word = Gather(word_table, input_ids)
     pos  = Gather(position_table, position_ids)
-    seg  = Gather(segment_table, token_type_ids)          (absent in DistilBERT)
+    seg  = Gather(segment_table, token_type_ids)          (absent in DistilBERT; a constant row, folded into
+                                                           the position table, when called without them)
     LayerNormalization(word + seg + pos, gamma, beta)     (the Adds in any order and nesting)
         => EmbedLayerNormalization(input_ids, token_type_ids, word_table, position_table,
                                    segment_table, gamma, beta, , [position_ids])
     (output, mask_index[, embedding_sum when the sum is also read elsewhere])
 
 Like ONNX Runtime (embed_layer_norm_fusion.cc) the fusion happens only in front of a fused
-com.microsoft.Attention, ids are cast to int32 (the op's only id type), epsilon is copied
+attention, which comes in two forms: com.microsoft.Attention reads the LayerNorm output itself,
+the standard Attention of opset 23 (what the dynamo exporter writes) reads it through the Q, K
+and V projections (`feeds_attention`). Ids are cast to int32 (the op's only id type), epsilon is copied
 from the LayerNormalization, and the op's mask_index output is created but left unread
 (ONNX Runtime's C++ fusion does not fold the attention mask in either).
 
@@ -34,6 +37,7 @@ from optimizer.match import (
     describe,
     is_const,
     is_op,
+    op_key,
     producer,
     rank,
     static_shape,
@@ -42,6 +46,12 @@ from optimizer.match import (
 from optimizer.rule import Match, Rule, fail
 
 ID_DTYPES = (ir.DataType.INT32, ir.DataType.INT64)
+# What lies between a hidden state and an attention op that projects it itself (ONNX Attention-23,
+# MultiHeadAttention, GroupQueryAttention): projections, head split, rotary embedding.
+PROJECTION_OPS = frozenset({"MatMul", "Add", "Gemm", "Reshape", "Transpose", "Split", "Slice", "Mul", "Cast",
+                            "RotaryEmbedding", "com.microsoft.RotaryEmbedding"})
+FUSED_ATTENTION_OPS = frozenset({"Attention", "com.microsoft.MultiHeadAttention", "com.microsoft.GroupQueryAttention"})
+PROJECTION_DEPTH = 8  # GPT-2 at opset 23: Reshape, Gemm, Reshape, Split, Reshape, Transpose, Attention
 LAYER_NORM_DEFAULT_EPSILON = 1e-5
 
 
@@ -79,6 +89,16 @@ class EmbedLayerNormFusion(Rule):
         if failure:
             return failure
         position, segment = _split_position_segment(others)
+        segment_row = None
+        if position is None and len(others) == 2:
+            # Called without token_type_ids, BERT and RoBERTa look the segment row up with a
+            # constant buffer (all 0) expanded to the batch: one constant row added to every
+            # token, which folds exactly into the position table the other lookup reads.
+            for constant, other in ((others[0], others[1]), (others[1], others[0])):
+                row = _uniform_ids(constant.inputs[1])
+                if row is not None and is_const(other.inputs[0]) and 0 <= row < static_shape(constant.inputs[0])[0]:
+                    position, segment_row = other, (constant.inputs[0], row)
+                    break
         if position is None:
             names = ", ".join(f"'{value_name(g.inputs[1])}'" for g in others)
             return fail("embedding", f"cannot tell the position lookup from the segment lookup: ids {names} are "
@@ -109,9 +129,10 @@ class EmbedLayerNormFusion(Rule):
                 return fail("layernorm", f"{role} '{value_name(weight)}' has shape {static_shape(weight)}, not ({hidden},)")
         if ln.inputs[0].dtype != ir.DataType.FLOAT:
             return fail("dtype", f"the embedding sum is {ln.inputs[0].dtype}; the fusion handles float")
-        if not any(is_op(user, "Attention", MS) for user in consumers(ln.outputs[0])):
-            return fail("attention", f"{describe(ln)} feeds no com.microsoft.Attention; like ONNX Runtime, the "
-                        "embedding is fused only in front of a fused Attention")
+        if not feeds_attention(ln.outputs[0]):
+            return fail("attention", f"{describe(ln)} feeds no attention (com.microsoft.Attention, or ONNX "
+                        "Attention through its projections); like ONNX Runtime, the embedding is fused only in "
+                        "front of a fused attention")
         # GPT-2 style pre-LN models also read the embedding sum as the first residual: the op's
         # embedding_sum output provides it (ONNX Runtime's Python fusion does the same).
         embedding_sum = ln_add.outputs[0]
@@ -125,6 +146,7 @@ class EmbedLayerNormFusion(Rule):
                 "position_ids": position_ids,
                 "word_table": word.inputs[0],
                 "position_table": position.inputs[0],
+                "segment_row": segment_row,
                 "segment_table": segment.inputs[0] if segment is not None else None,
                 "gamma": ln.inputs[1],
                 "beta": ln.inputs[2],
@@ -150,9 +172,10 @@ class EmbedLayerNormFusion(Rule):
         segment = others[0] if others else None
         if segment is not None and not segment.inputs[1].is_graph_input():
             return None
-        if not any(is_op(user, "Attention", MS) for user in consumers(ln.outputs[0])):
-            return fail("attention", f"{describe(ln)} feeds no com.microsoft.Attention; like ONNX Runtime, the "
-                        "embedding is fused only in front of a fused Attention")
+        if not feeds_attention(ln.outputs[0]):
+            return fail("attention", f"{describe(ln)} feeds no attention (com.microsoft.Attention, or ONNX "
+                        "Attention through its projections); like ONNX Runtime, the embedding is fused only in "
+                        "front of a fused attention")
         embedding_sum = adds[0].outputs[0]
         keep_sum = embedding_sum.is_graph_output() or any(user is not ln for user, _ in embedding_sum.uses())
         return Match(
@@ -178,6 +201,11 @@ class EmbedLayerNormFusion(Rule):
         position_table = match.position_table
         if match.captures.get("folded_positions") is not None:
             name, table = match.folded_positions
+            position_table = op.initializer(ir.tensor(np.ascontiguousarray(table), name=name), name=name)
+        if match.captures.get("segment_row") is not None:
+            segment_table, row = match.segment_row
+            name = f"{value_name(position_table)}/plus_{value_name(segment_table)}_{row}"
+            table = const_array(position_table) + const_array(segment_table)[row]
             position_table = op.initializer(ir.tensor(np.ascontiguousarray(table), name=name), name=name)
         base = f"{self.name}/{match.anchor_name}"
         inputs = [
@@ -237,6 +265,28 @@ def _split_position_segment(others: list[ir.Node]):
     return computed[0], fed[0]
 
 
+# Ops that move, repeat or pick from their first input without changing values: all-equal ids
+# seen through them stay all equal (transformers gathers its token_type_ids buffer by position).
+ID_PASSING_OPS = ("Expand", "Slice", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Cast", "Gather", "GatherElements")
+
+
+def _uniform_ids(ids: ir.Value, limit: int = 6) -> int | None:
+    """k when every id is k: a constant of equal elements, passed through ID_PASSING_OPS only."""
+    value = ids
+    for _ in range(limit):
+        array = const_array(value)
+        if array is not None:
+            flat = array.reshape(-1)
+            if flat.size and np.issubdtype(flat.dtype, np.integer) and np.all(flat == flat[0]):
+                return int(flat[0])
+            return None
+        node = producer(value)
+        if node is None or not any(is_op(node, op) for op in ID_PASSING_OPS):
+            return None
+        value = node.inputs[0]
+    return None
+
+
 def _check_ids(ids: ir.Value, role: str, gather: ir.Node):
     if rank(ids) != 2 or ids.dtype not in ID_DTYPES:
         shown = f"rank-{rank(ids)}" if rank(ids) is not None else "unknown-rank"
@@ -265,3 +315,22 @@ def _as_int32(op: ir.tape.Tape, ids: ir.Value | None, name: str) -> ir.Value | N
     if ids is None or ids.dtype == ir.DataType.INT32:
         return ids
     return op.op("Cast", [ids], attributes={"to": int(ir.DataType.INT32)}, name=name)
+
+
+def feeds_attention(hidden: ir.Value) -> bool:
+    """Whether `hidden` is an attention block's input: read by com.microsoft.Attention, or by an
+    attention op that takes projected Q/K/V within PROJECTION_DEPTH projection steps."""
+    if any(is_op(user, "Attention", MS) for user in consumers(hidden)):
+        return True
+    frontier, seen = [hidden], set()
+    for _ in range(PROJECTION_DEPTH):
+        following = []
+        for value in frontier:
+            for user in consumers(value):
+                if op_key(user) in FUSED_ATTENTION_OPS:
+                    return True
+                if op_key(user) in PROJECTION_OPS and id(user) not in seen:
+                    seen.add(id(user))
+                    following += user.outputs
+        frontier = following
+    return False

@@ -892,6 +892,8 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
                      opset=17):
     """BERT's embeddings: word + segment + position lookups -> Add -> Add -> LayerNormalization -> Attention.
 
+    `segment`: True (a token_type_ids input), False (DistilBERT) or "buffer" (BERT called without
+    token_type_ids: all-zero ids from a buffer, picked by position and expanded to the batch).
     `position`: "slice" (today's exporters: Slice of a [1, P] position_ids buffer to the
     sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), or "input" (a third
     graph input, so position and segment ids can't be told apart). The Attention is
@@ -927,9 +929,20 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
     first_sum = "/emb/word_out"
     if segment:
         inits.append(table(2, "/emb/segment"))
-        inputs["token_type_ids"] = ids_type
+        segment_ids = "token_type_ids"
+        if segment == "buffer":  # called without token_type_ids: a zeros buffer expanded to the batch
+            inits.append(numpy_helper.from_array(np.zeros((1, EMB_POSITIONS), np.int64), "/emb/token_type_buffer"))
+            nodes += [
+                helper.make_node("Shape", ["input_ids"], ["/emb/ids_shape"], name="/emb/ids/Shape"),
+                helper.make_node("GatherElements", ["/emb/token_type_buffer", position_ids], ["/emb/type_row"],
+                                 name="/emb/type/GatherElements", axis=1),
+                helper.make_node("Expand", ["/emb/type_row", "/emb/ids_shape"], ["/emb/type_ids"], name="/emb/type/Expand"),
+            ]
+            segment_ids = "/emb/type_ids"
+        else:
+            inputs["token_type_ids"] = ids_type
         nodes += [
-            helper.make_node("Gather", ["/emb/segment", "token_type_ids"], ["/emb/seg_out"], name="/emb/segment/Gather"),
+            helper.make_node("Gather", ["/emb/segment", segment_ids], ["/emb/seg_out"], name="/emb/segment/Gather"),
             helper.make_node("Add", ["/emb/word_out", "/emb/seg_out"], ["/emb/Add_output_0"], name="/emb/Add"),
         ]
         first_sum = "/emb/Add_output_0"
@@ -939,7 +952,15 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
                          name="/emb/LayerNorm", axis=-1, epsilon=1e-12),
     ]
     outputs = ["/emb/ln_out"]
-    if attention:
+    if attention == "onnx":  # the standard Attention of opset 23 on 3-D projections of the LayerNorm output
+        for p in "qkv":
+            inits.append(numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, EMB_HIDDEN)).astype(np.float32) * 0.2,
+                                                 f"/attn/{p}_weight"))
+            nodes.append(helper.make_node("MatMul", ["/emb/ln_out", f"/attn/{p}_weight"], [f"/attn/{p}"], name=f"/attn/{p}/MatMul"))
+        nodes.append(helper.make_node("Attention", ["/attn/q", "/attn/k", "/attn/v"], ["attn_out"], name="/attn/Attention",
+                                      q_num_heads=2, kv_num_heads=2))
+        outputs = ["attn_out"]
+    elif attention:
         inits += [
             numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, 3 * EMB_HIDDEN)).astype(np.float32) * 0.2, "/attn/qkv_weight"),
             numpy_helper.from_array(rng.standard_normal(3 * EMB_HIDDEN).astype(np.float32) * 0.2, "/attn/qkv_bias"),

@@ -252,6 +252,30 @@ def test_embed_layer_norm_drops_constant_default_positions():
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
+def test_embed_layer_norm_in_front_of_onnx_attention_23():
+    # Attention in its other form: the standard op of opset 23 reads the LayerNorm output through
+    # its Q/K/V projections (the dynamo exporter's BERT at opset 23).
+    model = patterns.embed_layer_norm(attention="onnx", opset=23)
+    optimized, report = _optimize(model)
+    assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
+    assert report.ops_after["Attention"] == 1
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
+
+
+def test_embed_layer_norm_folds_a_constant_segment_row_into_the_position_table():
+    # BERT/RoBERTa called without token_type_ids: the segment lookup reads all-zero ids from a
+    # buffer, so it adds segment row 0 to every token, which the position table can carry.
+    model = patterns.embed_layer_norm(segment="buffer")
+    optimized, report = _optimize(model)
+    assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
+    node = _node(optimized, "EmbedLayerNormalization")
+    assert node.input[1] == "" and node.input[4] == ""  # no segment ids, no segment table
+    tables = {t.name: onnx.numpy_helper.to_array(t) for t in optimized.graph.initializer}
+    original = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    np.testing.assert_allclose(tables[node.input[3]], original["/emb/position"] + original["/emb/segment"][0])
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
+
+
 def test_embed_layer_norm_without_segment_embedding():
     """DistilBERT: word + position only; the segment inputs stay empty."""
     model = patterns.embed_layer_norm(segment=False)
@@ -275,7 +299,8 @@ def test_embed_layer_norm_keeps_the_sum_read_by_the_first_residual():
     "kwargs, message",
     [
         (dict(attention=False), "EmbedLayerNormFusion at /emb/LayerNorm: LayerNormalization '/emb/LayerNorm' feeds no "
-         "com.microsoft.Attention; like ONNX Runtime, the embedding is fused only in front of a fused Attention"),
+         "attention (com.microsoft.Attention, or ONNX Attention through its projections); like ONNX Runtime, the "
+         "embedding is fused only in front of a fused attention"),
         (dict(position="input"), "EmbedLayerNormFusion at /emb/LayerNorm: cannot tell the position lookup from the segment "
          "lookup: ids 'token_type_ids', 'position_ids' are both graph inputs or both computed"),
     ],
