@@ -76,6 +76,8 @@ class Rule:
     # Rules after which the driver re-runs shape inference: ones that turn shape arithmetic
     # into constants, so dimensions inference could only name become numbers.
     refines_shapes: ClassVar[bool] = False
+    # A whole-graph pass's near misses from its latest run: (node, why it was left alone).
+    graph_misses: list[tuple[ir.Node, Fail]] = []
 
     def match(self, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
         raise NotImplementedError

@@ -7,6 +7,7 @@ Levels take our names ("all", "extended", "basic", "layout", "disabled"), ONNX R
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,10 @@ class SessionOptions:
     # Keep freed intermediates' memory for the next run, as onnxruntime's arena does
     # (runtime/memory.py; process-wide, applied by the first session that asks).
     enable_cpu_mem_arena: bool = True
+    # Where a model given as bytes or a ModelProto keeps its external data (onnxruntime's
+    # session.model_external_initializers_file_folder_path). A path's own directory is used for
+    # a path; without either, external data is refused (optimizer/model_io.py says why).
+    external_data_dir: str | os.PathLike | None = None
 
     def __post_init__(self) -> None:
         self.validate()

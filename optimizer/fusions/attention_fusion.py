@@ -49,6 +49,7 @@ from optimizer.match import (
     static_shape,
 )
 from optimizer.rule import Match, Rule, fail
+from optimizer.text import preview
 
 # Data-movement ops a Q/K/V or output chain may contain; the layout probe checks them.
 LAYOUT_OPS = ("Reshape", "Transpose", "Split", "Slice")
@@ -508,7 +509,7 @@ class _Probe:
                     return f"the target shape of {describe(node)} cannot be evaluated"
                 dims = _reshape_dims(array.shape, target, node)
                 if dims is None or int(np.prod(dims)) != array.size:
-                    return f"{describe(node)} target {target.tolist()} does not fit probe shape {list(array.shape)}"
+                    return f"{describe(node)} target {preview(target)} does not fit probe shape {list(array.shape)}"
                 array = array.reshape(dims)
             elif is_op(node, "Split"):
                 array = self._split(node, array, (picks or {}).get(id(node), 0))

@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from optimizer.match import attr, const_array, input_at, opset, unique_name, value_name
 from optimizer.rule import Match, Rule, fail
+from optimizer.text import preview
 
 
 class UnsqueezeElimination(Rule):
@@ -35,7 +36,7 @@ class UnsqueezeElimination(Rule):
         out_rank = array.ndim + len(axes)
         normalized = sorted(a + out_rank if a < 0 else a for a in axes)
         if len(set(normalized)) != len(normalized) or not all(0 <= a < out_rank for a in normalized):
-            return fail("axes", f"axes {list(axes)} are invalid for a rank-{array.ndim} input")
+            return fail("axes", f"axes {preview(axes)} are invalid for a rank-{array.ndim} input")
         for axis in normalized:
             array = array.reshape(array.shape[:axis] + (1,) + array.shape[axis:])
         name = unique_name(graph, f"{data.name}_unsqueezed")
