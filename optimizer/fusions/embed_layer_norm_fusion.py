@@ -113,10 +113,12 @@ class EmbedLayerNormFusion(Rule):
                 return fail("segment", f"segment ids '{value_name(segment_ids)}' have shape {_dims(segment_ids)} but "
                             f"input ids '{value_name(input_ids)}' have {_dims(input_ids)}")
         position_ids = position.inputs[1]
-        if rank(position_ids) != 2 or position_ids.dtype not in ID_DTYPES:
+        if _is_expanded_default_positions(position_ids, input_ids):
+            position_ids = None
+        elif rank(position_ids) != 2 or position_ids.dtype not in ID_DTYPES:
             return fail("position", f"position ids '{value_name(position_ids)}' of {describe(position)} are not "
                         "a 2-D int32/int64 tensor of shape (batch, seq) or (1, seq)")
-        if _is_default_positions(position_ids, input_ids):
+        elif _is_default_positions(position_ids, input_ids):
             position_ids = None
 
         if len(ln.inputs) < 3 or ln.inputs[2] is None:
@@ -127,8 +129,11 @@ class EmbedLayerNormFusion(Rule):
         for role, weight in (("gamma", ln.inputs[1]), ("beta", ln.inputs[2])):
             if static_shape(weight) != (hidden,):
                 return fail("layernorm", f"{role} '{value_name(weight)}' has shape {static_shape(weight)}, not ({hidden},)")
-        if ln.inputs[0].dtype != ir.DataType.FLOAT:
-            return fail("dtype", f"the embedding sum is {ln.inputs[0].dtype}; the fusion handles float")
+        # Inference may not type the sum (a model whose shapes it cannot follow); the tables say.
+        dtype = ln.inputs[0].dtype or word.inputs[0].dtype
+        if dtype != ir.DataType.FLOAT:
+            return fail("dtype", f"the embedding sum is {dtype.name.lower() if dtype else 'of unknown type'}; "
+                        "the fusion handles float")
         if not feeds_attention(ln.outputs[0]):
             return fail("attention", f"{describe(ln)} feeds no attention (com.microsoft.Attention, or ONNX "
                         "Attention through its projections); like ONNX Runtime, the embedding is fused only in "
@@ -309,6 +314,66 @@ def _is_default_positions(position_ids: ir.Value, input_ids: ir.Value) -> bool:
         return False
     seq = input_ids.shape[1]
     return ids.shape[-1] == seq and bool(np.all(ids == np.arange(seq)))
+
+
+def _is_expanded_default_positions(position_ids: ir.Value, input_ids: ir.Value) -> bool:
+    """Expand(0..S-1, a 2-element shape), S the sequence length of the input ids.
+
+    2020-era exports build positions as Unsqueeze(Range(0, Shape(input_ids)[1], 1)) expanded to
+    the ids' shape; with a static sequence, folding may have turned the Range into a constant
+    [1, S] 0..S-1. Every row is 0..S-1, the op's default, so the ids are dropped, as ONNX Runtime
+    drops them (its EmbedLayerNormFusion formats 3 to 9).
+    """
+    expand = producer(position_ids)
+    if not is_op(expand, "Expand") or _vector_length(expand.inputs[1]) != 2:
+        return False
+    positions = expand.inputs[0]
+    if _is_default_positions(positions, input_ids):
+        return True
+    unsqueeze = producer(positions)
+    if is_op(unsqueeze, "Unsqueeze"):
+        axes = attr(unsqueeze, "axes")
+        axes = axes if axes is not None else const_array(unsqueeze.inputs[1] if len(unsqueeze.inputs) > 1 else None)
+        if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] != [0]:
+            return False
+        positions = unsqueeze.inputs[0]
+    counter = producer(positions)
+    return (is_op(counter, "Range") and _scalar_is(counter.inputs[0], 0) and _scalar_is(counter.inputs[2], 1)
+            and _is_sequence_length(counter.inputs[1], input_ids))
+
+
+def _scalar_is(value: ir.Value | None, expected: int) -> bool:
+    array = const_array(value)
+    return array is not None and array.size == 1 and array.reshape(()) == expected
+
+
+def _vector_length(value: ir.Value) -> int | None:
+    """The length of a 1-D shape vector, from its own shape or from what builds it."""
+    shape = static_shape(value)
+    if shape is not None:
+        return shape[0] if len(shape) == 1 else None
+    node = producer(value)
+    if is_op(node, "Shape") and rank(node.inputs[0]) is not None and not node.attributes:
+        return rank(node.inputs[0])
+    if is_op(node, "Concat"):
+        lengths = [_vector_length(v) for v in node.inputs]
+        return None if None in lengths else sum(lengths)
+    return None
+
+
+def _is_sequence_length(value: ir.Value, input_ids: ir.Value) -> bool:
+    """`value` is dimension 1 of the input ids: Gather(Shape(input_ids), 1), maybe Cast, or that number."""
+    node = producer(value)
+    while is_op(node, "Cast") or is_op(node, "Squeeze"):
+        value = node.inputs[0]
+        node = producer(value)
+    seq = input_ids.shape[1] if input_ids.shape is not None and len(input_ids.shape) == 2 else None
+    if isinstance(seq, int) and _scalar_is(value, seq):
+        return True
+    if not is_op(node, "Gather") or not _scalar_is(node.inputs[1], 1):
+        return False
+    shape = producer(node.inputs[0])
+    return is_op(shape, "Shape") and shape.inputs[0] is input_ids and not shape.attributes
 
 
 def _as_int32(op: ir.tape.Tape, ids: ir.Value | None, name: str) -> ir.Value | None:

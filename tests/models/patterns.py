@@ -895,7 +895,8 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
     `segment`: True (a token_type_ids input), False (DistilBERT) or "buffer" (BERT called without
     token_type_ids: all-zero ids from a buffer, picked by position and expanded to the batch).
     `position`: "slice" (today's exporters: Slice of a [1, P] position_ids buffer to the
-    sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), or "input" (a third
+    sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), "range" (Range(0, seq)
+    expanded to the shape of input_ids, as 2020-era exports built them), or "input" (a third
     graph input, so position and segment ids can't be told apart). The Attention is
     com.microsoft.Attention, as AttentionFusion leaves it.
     """
@@ -915,6 +916,18 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
         nodes += [
             helper.make_node("Shape", ["input_ids"], ["/emb/shape"], name="/emb/Shape", start=1, end=2),
             helper.make_node("Slice", ["/emb/position_ids", "/emb/zero", "/emb/shape", "/emb/one"], ["/emb/pos_ids"], name="/emb/Slice"),
+        ]
+        position_ids = "/emb/pos_ids"
+    elif position == "range":  # 2020-era exports: Range(0, seq) expanded to the ids' shape
+        inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+                  (("/emb/r_start", 0), ("/emb/r_step", 1), ("/emb/r_one", 1))]
+        inits.append(numpy_helper.from_array(np.array([0], np.int64), "/emb/r_axes"))
+        nodes += [
+            helper.make_node("Shape", ["input_ids"], ["/emb/ids_shape_r"], name="/emb/r/Shape"),
+            helper.make_node("Gather", ["/emb/ids_shape_r", "/emb/r_one"], ["/emb/seq_len"], name="/emb/r/Gather", axis=0),
+            helper.make_node("Range", ["/emb/r_start", "/emb/seq_len", "/emb/r_step"], ["/emb/range"], name="/emb/r/Range"),
+            helper.make_node("Unsqueeze", ["/emb/range", "/emb/r_axes"], ["/emb/range_row"], name="/emb/r/Unsqueeze"),
+            helper.make_node("Expand", ["/emb/range_row", "/emb/ids_shape_r"], ["/emb/pos_ids"], name="/emb/r/Expand"),
         ]
         position_ids = "/emb/pos_ids"
     elif position == "constant":

@@ -276,6 +276,17 @@ def test_embed_layer_norm_folds_a_constant_segment_row_into_the_position_table()
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
+def test_embed_layer_norm_drops_range_positions_as_the_ops_default():
+    # ONNX Runtime's formats 3-9: Range(0, Shape(input_ids)[1]) expanded to the ids' shape is
+    # 0..S-1 on every row, what the op computes without position ids.
+    model = patterns.embed_layer_norm(position="range")
+    optimized, report = _optimize(model)
+    assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
+    assert report.ops_after == {"Cast": 2, "com.microsoft.Attention": 1, "com.microsoft.EmbedLayerNormalization": 1}
+    assert len(_node(optimized, "EmbedLayerNormalization").input) == 7
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
+
+
 def test_embed_layer_norm_without_segment_embedding():
     """DistilBERT: word + position only; the segment inputs stay empty."""
     model = patterns.embed_layer_norm(segment=False)
