@@ -69,7 +69,8 @@ class AttentionFusion(Rule):
 
     def match(self, graph: ir.Graph, softmax: ir.Node):
         if rank(softmax.inputs[0]) not in (None, 4):
-            return None  # not a [B, N, S, T] score tensor: some other softmax
+            return fail("softmax", f"{describe(softmax)} normalizes a rank-{rank(softmax.inputs[0])} tensor, not "
+                        "[batch, heads, query, key] attention scores", softmax)
         if attr(softmax, "axis", -1) not in (-1, 3):
             return fail("softmax", f"{describe(softmax)} normalizes axis {attr(softmax, 'axis')}, not the key axis")
         core: list[ir.Node] = [softmax]

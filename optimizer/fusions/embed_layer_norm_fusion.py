@@ -63,10 +63,10 @@ class EmbedLayerNormFusion(Rule):
     def match(self, graph: ir.Graph, ln: ir.Node):
         ln_add = producer(ln.inputs[0])
         if not is_op(ln_add, "Add"):
-            return None
+            return fail("embedding", f"input of {describe(ln)} comes from {describe(ln_add)}, not a sum of embedding lookups", ln_add)
         tree = _embedding_tree(ln_add)
-        if tree is None:
-            return None  # not a sum of table lookups: an encoder LayerNorm, say
+        if tree is None:  # an encoder LayerNorm, say
+            return fail("embedding", f"{describe(ln_add)} does not add two or three Gather lookups of embedding tables")
         adds, gathers, folded = tree
         word, others = gathers[0], gathers[1:]
         if folded is not None:  # constant folding already looked the positions up
@@ -176,7 +176,7 @@ class EmbedLayerNormFusion(Rule):
             return fail("position", f"constant '{value_name(folded)}' differs between batch rows; it is not a position embedding")
         segment = others[0] if others else None
         if segment is not None and not segment.inputs[1].is_graph_input():
-            return None
+            return fail("segment", f"segment ids '{value_name(segment.inputs[1])}' are computed, not a graph input")
         if not feeds_attention(ln.outputs[0]):
             return fail("attention", f"{describe(ln)} feeds no attention (com.microsoft.Attention, or ONNX "
                         "Attention through its projections); like ONNX Runtime, the embedding is fused only in "

@@ -58,7 +58,11 @@ class LayerNormFusion(Rule):
         subs = consumers(mean)
         # The mean of a LayerNorm feeds only Subs; any other ReduceMean is not a candidate.
         if not subs or not all(is_op(s, "Sub") for s in subs):
-            return None
+            centering = _centering_mean(x)
+            if centering is not None:  # the second ReduceMean of a LayerNorm: its answer is at the first
+                return fail("variance", f"{describe(mean_node)} is the variance of the LayerNorm centered by "
+                            f"{describe(centering)}; that ReduceMean's near miss says why it did not fuse")
+            return fail("mean", f"{describe(mean_node)} feeds {_readers(mean)}, not the Sub that centers a LayerNorm's input")
         if len(subs) > 2:
             return fail("sub", f"the mean feeds {len(subs)} Subs; a LayerNorm has one (or two in older exports)")
         for sub in subs:
@@ -328,6 +332,20 @@ def _same_symbolic_length(weight: ir.Value | None, hidden) -> bool:
         return False
     length = weight.shape[0]
     return isinstance(length, ir.SymbolicDim) and length.value is not None and length == hidden
+
+
+def _centering_mean(squared: ir.Value) -> ir.Node | None:
+    """The ReduceMean m when `squared` is Pow(Sub(a, m), 2) or Mul(d, d) of such a Sub (through a Cast)."""
+    square = producer(squared)
+    if is_op(square, "Cast"):
+        square = producer(square.inputs[0])
+    if not (is_op(square, "Pow") or (is_op(square, "Mul") and square.inputs[0] is square.inputs[1])):
+        return None
+    sub = producer(square.inputs[0])
+    if is_op(sub, "Cast"):
+        sub = producer(sub.inputs[0])
+    mean = producer(sub.inputs[1]) if is_op(sub, "Sub") else None
+    return mean if is_op(mean, "ReduceMean") else None
 
 
 def reader(value: ir.Value, *op_types: str) -> ir.Node | None:

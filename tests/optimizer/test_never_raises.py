@@ -10,10 +10,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from optimizer import optimize
 from optimizer.levels import LEVEL_NAMES
-from tests.optimizer.ort_fusion_cases import testdata_dir
+from tests.optimizer.ort_fusion_cases import ort_testdata_dir
 from tests.oracle import MODELS, assert_same_outputs
 
-ORT_FOLDER = testdata_dir()
+ORT_FOLDER = ort_testdata_dir()
 MODEL_PATHS = sorted(MODELS.glob("*.onnx")) + (sorted(ORT_FOLDER.glob("*.onnx")) if ORT_FOLDER else [])
 
 

@@ -86,8 +86,11 @@ def test_layer_norm_near_misses(kwargs, message):
     assert report.ops_after.get("LayerNormalization", 0) == 0
     assert report.ops_after.get("SimplifiedLayerNormalization", 0) == 0
     assert report.ops_after["ReduceMean"] == 2
-    assert _messages(report, "LayerNormFusion") == [message]
-    assert _messages(report, "SimplifiedLayerNormFusion") == []
+    # Every anchor answers: the mean's ReduceMean says why, the variance's points there.
+    misses = report.explain("LayerNormFusion")
+    assert [m.message for m in misses if m.step != "variance"] == [message]
+    assert [m.anchor for m in misses if m.step == "variance"] == ["/ln/ReduceMean_1"]
+    assert [m.step for m in report.explain("SimplifiedLayerNormFusion")] == ["square", "square"]
     assert_same_outputs(model, optimized)
 
 
@@ -409,7 +412,7 @@ def test_layer_norm_scale_of_the_same_symbolic_length_fuses():
 def test_layer_norm_scale_of_another_symbolic_length_is_a_near_miss():
     _, report = _optimize(_layer_norm_with_scale_inputs("other"))
     assert "LayerNormalization" not in report.ops_after
-    assert _messages(report, "LayerNormFusion") == [
+    assert [m.message for m in report.explain("LayerNormFusion") if m.step != "variance"] == [
         "LayerNormFusion at /ln/ReduceMean: gamma 'gamma' of Mul '/ln/Mul' has length 'other', which is not "
         "known to equal the last dimension 'hidden' of 'x'"
     ]

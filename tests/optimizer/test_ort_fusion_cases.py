@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.optimizer.ort_fusion_cases import CASES, run_case, testdata_dir
+from tests.optimizer.ort_fusion_cases import CASES, ort_testdata_dir, run_case
 
-FOLDER = testdata_dir()
+FOLDER = ort_testdata_dir()
 pytestmark = pytest.mark.skipif(FOLDER is None, reason="ONNX Runtime's fusion test models are not here")
 
 _CAST_SKIP = "SkipLayerNormFusion does not look through the Casts around a float16 residual Add"
