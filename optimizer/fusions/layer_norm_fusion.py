@@ -288,25 +288,40 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool):
     failure = _check_weight("beta", beta, add, x)
     if failure:
         return failure
-    if static_shape(gamma) != static_shape(beta):
-        return fail("beta", f"gamma '{value_name(gamma)}' has shape {list(static_shape(gamma))} but beta "
-                    f"'{value_name(beta)}' has {list(static_shape(beta))}")
+    if list(gamma.shape or ()) != list(beta.shape or ()) and static_shape(gamma) != static_shape(beta):
+        return fail("beta", f"gamma '{value_name(gamma)}' has shape {list(gamma.shape or ())} but beta "
+                    f"'{value_name(beta)}' has {list(beta.shape or ())}")
     return gamma, beta, nodes
 
 
 def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value) -> Fail | None:
     shape = static_shape(weight)
-    if shape is None or len(shape) != 1:
-        shown = "unknown" if weight is None or weight.shape is None else f"rank-{len(weight.shape)}"
-        return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has {shown} shape, not one known dimension")
     hidden = x.shape[-1] if x.shape is not None and len(x.shape) else None
-    if isinstance(hidden, int) and shape[0] != hidden:
+    if shape is None and _same_symbolic_length(weight, hidden):
+        # [d] against x's last axis [.., d]: the same symbol, so the same length whatever d is.
+        shape = (hidden,)
+    elif shape is None or len(shape) != 1:
+        shown = "unknown" if weight is None or weight.shape is None else f"rank-{len(weight.shape)}"
+        if shown == "rank-1":
+            return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has length "
+                        f"'{weight.shape[0]}', which is not known to equal the last dimension "
+                        f"'{hidden}' of '{value_name(x)}'")
+        return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has {shown} shape, not one known dimension")
+    if isinstance(hidden, int) and isinstance(shape[0], int) and shape[0] != hidden:
         return fail(role, f"{role} '{value_name(weight)}' has {shape[0]} elements but '{value_name(x)}' "
                     f"has last dimension {hidden}")
     if x.dtype is not None and weight.dtype is not None and weight.dtype != x.dtype:
         return fail(role, f"{role} '{value_name(weight)}' is {_dtype_name(weight.dtype)} but "
                     f"'{value_name(x)}' is {_dtype_name(x.dtype)}")
     return None
+
+
+def _same_symbolic_length(weight: ir.Value | None, hidden) -> bool:
+    """Whether `weight` is 1-D with a symbolic length that is the symbol `hidden` names."""
+    if weight is None or weight.shape is None or len(weight.shape) != 1 or hidden is None:
+        return False
+    length = weight.shape[0]
+    return isinstance(length, ir.SymbolicDim) and length.value is not None and length == hidden
 
 
 def reader(value: ir.Value, *op_types: str) -> ir.Node | None:

@@ -132,6 +132,40 @@ def tanh_gelu(*, cube="pow", half="first", commute=False, coefficient=0.044715, 
     return _act_model(nodes, {"x": [2, 4, 16]}, {"y": [2, 4, 16]}, inits)
 
 
+def factored_tanh_gelu(*, square="nested", commute=False, casts=False, coefficient=0.044715):
+    """0.5·x·(1 + Tanh((√(2/π)·x) · (1 + 0.044715·x·x))) on x [2, 4, 16], as Megatron writes it.
+
+    square: "nested" x·(x·0.044715) | "square" (x·x)·0.044715.
+    casts: x reaches the cube term and the 0.5·x end through float→float Casts (mixed-precision
+    exports; ONNX Runtime's fast_gelu3_with_casts.onnx).
+    """
+    inits = [_scalar("/act/half", 0.5), _scalar("/act/one", 1.0), _scalar("/act/coef", coefficient),
+             _scalar("/act/k", math.sqrt(2.0 / math.pi))]
+    nodes = []
+    x = x_end = "x"
+    if casts:
+        nodes.append(helper.make_node("Cast", ["x"], ["/act/x_f"], name="/act/Cast", to=TensorProto.FLOAT))
+        x = "/act/x_f"
+    if square == "nested":
+        nodes += [_mul(x, "/act/coef", "/act/cx", "/act/Mul_c", commute), _mul(x, "/act/cx", "/act/term", "/act/Mul_sq", commute)]
+    else:
+        nodes += [_mul(x, x, "/act/sq", "/act/Mul_sq", commute), _mul("/act/sq", "/act/coef", "/act/term", "/act/Mul_c", commute)]
+    nodes += [
+        helper.make_node("Add", ["/act/one", "/act/term"] if commute else ["/act/term", "/act/one"], ["/act/br"], name="/act/Add"),
+        _mul(x, "/act/k", "/act/kx", "/act/Mul_k", commute),
+        _mul("/act/kx", "/act/br", "/act/scaled", "/act/Mul_arg", commute),
+        helper.make_node("Tanh", ["/act/scaled"], ["/act/tanh"], name="/act/Tanh"),
+        helper.make_node("Add", ["/act/tanh", "/act/one"], ["/act/bracket"], name="/act/Add_1"),
+        _mul(x_end, "/act/half", "/act/halfx", "/act/Mul_half", commute),
+    ]
+    half = "/act/halfx"
+    if casts:
+        nodes.append(helper.make_node("Cast", [half], ["/act/halfx_f"], name="/act/Cast_half", to=TensorProto.FLOAT))
+        half = "/act/halfx_f"
+    nodes.append(_mul(half, "/act/bracket", "y", "/act/Mul_out", commute))
+    return _act_model(nodes, {"x": [2, 4, 16]}, {"y": [2, 4, 16]}, inits)
+
+
 def quick_gelu(*, alpha=1.702, commute=False, alpha_shape=()):
     """x * Sigmoid(alpha * x) on x [2, 4, 16]; alpha=None gives SiLU, x * Sigmoid(x)."""
     nodes, inits = [], []
@@ -304,7 +338,8 @@ def matmul_transpose(*, side="b", perm=None, shared=False, scale_after=None):
 ATTN_BATCH, ATTN_SEQ, ATTN_HIDDEN, ATTN_HEADS = 2, 4, 8, 2
 
 
-def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=False, extra_outputs=(), opset=17):
+def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=False, extra_outputs=(), opset=17,
+                   mask_form="rows"):
     rng = np.random.default_rng(7)
     hidden, heads = ATTN_HIDDEN, ATTN_HEADS
     head = hidden // heads
@@ -353,9 +388,24 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
     logits = "scores"
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ATTN_BATCH, ATTN_SEQ, hidden])]
     imports = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
-    if mask:
-        # The exporters' additive mask: Where(keep, 0, -inf) over a bool [B, 1, S, S].
-        inputs.append(helper.make_tensor_value_info("keep", TensorProto.BOOL, [ATTN_BATCH, 1, ATTN_SEQ, ATTN_SEQ]))
+    if mask and mask_form == "raw":
+        # BERT's classic padding mask: (1 - attention_mask[:, None, None, :]) * -10000, [B, 1, 1, S].
+        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [ATTN_BATCH, ATTN_SEQ]))
+        inits += [numpy_helper.from_array(np.array([1, 2], np.int64), "mask_axes"), _scalar("one", 1.0),
+                  _scalar("filter", -10000.0)]
+        nodes += [
+            helper.make_node("Unsqueeze", ["attention_mask", "mask_axes"], ["mask_4d"], name="/mask/Unsqueeze"),
+            helper.make_node("Cast", ["mask_4d"], ["mask_f"], name="/mask/Cast", to=TensorProto.FLOAT),
+            helper.make_node("Sub", ["one", "mask_f"], ["mask_inv"], name="/mask/Sub"),
+            helper.make_node("Mul", ["mask_inv", "filter"], ["additive_mask"], name="/mask/Mul"),
+            helper.make_node("Add", ["scores", "additive_mask"], ["masked"], name="/attn/Add"),
+        ]
+        logits = "masked"
+    elif mask:
+        # The exporters' additive mask: Where(keep, 0, -inf) over a bool [B, 1, S, S] (mask_form
+        # "rows") or one row per batch, [B, 1, 1, S], broadcast over the queries ("key_row").
+        rows = 1 if mask_form == "key_row" else ATTN_SEQ
+        inputs.append(helper.make_tensor_value_info("keep", TensorProto.BOOL, [ATTN_BATCH, 1, rows, ATTN_SEQ]))
         inits += [_scalar("zero", 0.0), _scalar("minus_inf", -np.inf)]
         keep = "keep"
         if custom_mask_op:
@@ -379,9 +429,9 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
     return helper.make_model(graph, opset_imports=imports)
 
 
-def attention_keep_mask():
+def attention_keep_mask(rows=ATTN_SEQ):
     """A padding mask as the bool [B, 1, S, S] the exporters build: batch 1 ignores its last key."""
-    keep = np.ones((ATTN_BATCH, 1, ATTN_SEQ, ATTN_SEQ), bool)
+    keep = np.ones((ATTN_BATCH, 1, rows, ATTN_SEQ), bool)
     keep[1, :, :, -1] = False
     return keep
 

@@ -334,3 +334,46 @@ def test_fixture_normalization_counts_and_numerics(fixture):
     assert counts == FIXTURE_COUNTS[fixture]
     assert "ReduceMean" not in ops  # every exported LayerNorm was recognised
     assert_same_outputs(model, optimized, fixture_feeds(model, batch=2, seq=16))
+
+
+def _layer_norm_with_scale_inputs(scale_dim: str):
+    """x [batch, 'hidden'] normalized over 'hidden', gamma and beta graph inputs [scale_dim]
+    (ORT's layer_norm.onnx: the scale's length is a symbol, not a number)."""
+    h = onnx.helper
+    nodes = [
+        h.make_node("ReduceMean", ["x"], ["mean"], name="/ln/ReduceMean", axes=[-1]),
+        h.make_node("Sub", ["x", "mean"], ["centered"], name="/ln/Sub"),
+        h.make_node("Pow", ["centered", "two"], ["squared"], name="/ln/Pow"),
+        h.make_node("ReduceMean", ["squared"], ["variance"], name="/ln/ReduceMean_1", axes=[-1]),
+        h.make_node("Add", ["variance", "eps"], ["var_eps"], name="/ln/Add"),
+        h.make_node("Sqrt", ["var_eps"], ["std"], name="/ln/Sqrt"),
+        h.make_node("Div", ["centered", "std"], ["normalized"], name="/ln/Div"),
+        h.make_node("Mul", ["gamma", "normalized"], ["scaled"], name="/ln/Mul"),
+        h.make_node("Add", ["scaled", "beta"], ["y"], name="/ln/Add_1"),
+    ]
+    inputs = [h.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "hidden"]),
+              h.make_tensor_value_info("gamma", TensorProto.FLOAT, [scale_dim]),
+              h.make_tensor_value_info("beta", TensorProto.FLOAT, [scale_dim])]
+    inits = [onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             onnx.numpy_helper.from_array(np.array(1e-5, np.float32), "eps")]
+    graph = h.make_graph(nodes, "ln", inputs, [h.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "hidden"])], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+
+
+def test_layer_norm_scale_of_the_same_symbolic_length_fuses():
+    model = _layer_norm_with_scale_inputs("hidden")
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"LayerNormalization": 1}
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 8)).astype(np.float32),
+             "gamma": rng.standard_normal(8).astype(np.float32), "beta": rng.standard_normal(8).astype(np.float32)}
+    assert_same_outputs(model, optimized, feeds)
+
+
+def test_layer_norm_scale_of_another_symbolic_length_is_a_near_miss():
+    _, report = _optimize(_layer_norm_with_scale_inputs("other"))
+    assert "LayerNormalization" not in report.ops_after
+    assert _messages(report, "LayerNormFusion") == [
+        "LayerNormFusion at /ln/ReduceMean: gamma 'gamma' of Mul '/ln/Mul' has length 'other', which is not "
+        "known to equal the last dimension 'hidden' of 'x'"
+    ]
