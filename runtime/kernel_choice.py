@@ -50,8 +50,8 @@ MIN_MEASURED_GEMM_FLOPS = 50e6
 # BERT-base at sequence 128: the QKV projection, the attention output, the MLP's two products.
 REFERENCE_GEMM_SHAPES = [(128, 768, 2304, 1), (128, 768, 768, 1), (128, 768, 3072, 1), (128, 3072, 768, 1)]
 MAX_SHAPES = 4  # the largest shapes by their share of a run's FLOPs; enough to rank libraries
-ROUNDS = 5
-_SETTLE_S = 0.05  # between candidates: the last one's workers go back to sleep
+ROUNDS = 3  # per pass; two passes
+_SETTLE_S = 0.15  # before each block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
 DYNAMIC_ROWS = 128  # rows assumed for a product whose A has symbolic dimensions
 _VECTOR_EXTENSIONS = (
     "sse4_2",
@@ -67,6 +67,7 @@ _VECTOR_EXTENSIONS = (
 _GEMM_OPS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("com.microsoft", "FusedGemm"),
              ("com.microsoft", "Attention")}  # fmt: skip
 _cache_lock = threading.Lock()
+_SEEN: dict[tuple[str, str], dict] = {}  # this process's reads and measurements, by (cache file, key)
 
 
 @dataclass(frozen=True)
@@ -206,10 +207,14 @@ def _choose_gemm(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None)
             raise ValueError(f"kernel_libraries gemm={fixed!r} is not loadable here; loadable: {candidates}")
         return KernelChoice("gemm", fixed, "set by SessionOptions.kernel_libraries")
     shapes = gemm_shapes(model)
-    if not shapes:
-        return KernelChoice("gemm", candidates[0], "no product against a constant float32 weight to time")
     scope = "the model's"
-    if sum(_flops(s) for s in shapes) < MIN_MEASURED_GEMM_FLOPS:
+    if not shapes:
+        # Other products (convolutions' im2col, attention's) still run on the chosen library.
+        shapes, scope = (
+            REFERENCE_GEMM_SHAPES,
+            "BERT-base's (this model has no constant-weight product of known shape)",
+        )
+    elif sum(_flops(s) for s in shapes) < MIN_MEASURED_GEMM_FLOPS:
         shapes, scope = REFERENCE_GEMM_SHAPES, "BERT-base's (this model's are too small to rank libraries by)"
     shapes = shapes[:MAX_SHAPES]
     return _measured(
@@ -236,8 +241,8 @@ def _time_gemm(library: str, shape) -> Callable[[], object]:
 
 
 def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], float]]:
-    """The NhwcFusedConv nodes oneDNN could run (float32 constant weight, static input shape),
-    with their input shape and FLOPs a run, largest first."""
+    """The NhwcFusedConv nodes oneDNN could run (float32 constant weight, an input shape static
+    but for the batch, taken as 1), with their input shape and FLOPs a run, largest first."""
     found = []
     for node in model.graph:
         if node.op_type != "NhwcFusedConv" or len(node.inputs) < 2:
@@ -251,11 +256,16 @@ def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], float]]
             or w.dtype != ir.DataType.FLOAT
         ):
             continue
-        if x.shape is None or not all(isinstance(d, int) for d in x.shape) or x.dtype != ir.DataType.FLOAT:
+        if x.shape is None or x.dtype != ir.DataType.FLOAT:
+            continue
+        shape = [
+            1 if axis == 0 and not isinstance(d, int) else d for axis, d in enumerate(x.shape)
+        ]  # batch 1
+        if not all(isinstance(d, int) for d in shape):
             continue
         weight = w.const_value.numpy()
-        pixels = math.prod(x.shape[:-1])  # output size, up to the stride: enough to rank them
-        found.append((node, tuple(x.shape), 2.0 * pixels * weight.size))
+        pixels = math.prod(shape[:-1])  # output size, up to the stride: enough to rank them
+        found.append((node, tuple(shape), 2.0 * pixels * weight.size))
     return sorted(found, key=lambda item: -item[2])
 
 
@@ -306,7 +316,7 @@ def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> Ker
         sort_keys=True,
     )  # fmt: skip
     cache = _cache_path()
-    entry = _read_cache(cache).get(key)
+    entry = _SEEN.get((str(cache), key)) or _read_cache(cache).get(key)
     if entry is None:
         timings = _race(candidates, shapes, make_call)
         entry = {"timings_ms": timings, "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
@@ -314,6 +324,7 @@ def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> Ker
         where = "measured now"
     else:
         where = f"measured {entry['measured']}, cached in {cache}"
+    _SEEN[(str(cache), key)] = entry
     timings = entry["timings_ms"]
     library = min(candidates, key=lambda c: (timings[c], candidates.index(c)))
     ranking = ", ".join(f"{c} {timings[c]:.2f} ms" for c in sorted(candidates, key=timings.get))
@@ -330,24 +341,25 @@ def _shape_key(shape) -> tuple:
 def _race(candidates, shapes, make_call) -> dict[str, float]:
     """ms a run of `shapes` (each weighted by its count) takes on each candidate, best of ROUNDS.
 
-    One candidate at a time, as a session runs one: timed in turn, each library's idle thread
-    pool took cores from the next (oneDNN's products for a BERT-base layer measured 8.5 ms on
-    their own and 15-18 when MKL's calls alternated with them), and OpenBLAS's workers spin for
-    a while after every call, so numpy goes last and the others pause before they start.
+    One candidate at a time, as a session runs one: timed in turn, call by call, each library's
+    idle thread pool took cores from the next (oneDNN's products for a BERT-base layer measured
+    8.5 ms on their own and 15-18 when MKL's calls alternated with them). Two passes, the
+    second in reverse order, so that a change in the machine's load during the measurement
+    weighs on every candidate; each keeps its best time per shape. OpenBLAS's workers spin for a
+    while after each call, so every candidate's block starts after a pause.
     """
-    best = {}
-    for c in sorted(candidates, key=lambda name: name == "numpy"):
-        calls = [make_call(c, shape) for shape in shapes]
-        for call in calls:
-            call()  # first calls build primitives and start thread pools
-        times = [math.inf] * len(shapes)
-        for _ in range(ROUNDS):
-            for index, call in enumerate(calls):
-                started = time.perf_counter()
-                call()
-                times[index] = min(times[index], time.perf_counter() - started)
-        best[c] = times
-        time.sleep(_SETTLE_S)
+    calls = {c: [make_call(c, shape) for shape in shapes] for c in candidates}
+    best = {c: [math.inf] * len(shapes) for c in candidates}
+    for order in (candidates, candidates[::-1]):
+        for c in order:
+            time.sleep(_SETTLE_S)
+            for call in calls[c]:
+                call()  # wakes the library's threads (and, the first time, builds primitives)
+            for _ in range(ROUNDS):
+                for index, call in enumerate(calls[c]):
+                    started = time.perf_counter()
+                    call()
+                    best[c][index] = min(best[c][index], time.perf_counter() - started)
     weights = [shape[-1] for shape in shapes]
     return {c: round(1e3 * sum(t * w for t, w in zip(best[c], weights, strict=True)), 4) for c in candidates}
 
