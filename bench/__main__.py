@@ -4,16 +4,19 @@ Prints, per model:
   - optimizer: load, pass time per level (loading and saving excluded) and save time, next to
     onnxruntime's `session_initialization` at ORT_ENABLE_ALL read from its profile (which also
     excludes model loading); target ours / onnxruntime <= 0.5 at level all.
+  - the CPU model, its vector extensions, and per level the kernel libraries our session chose
+    (runtime/kernel_choice.py), with the timings behind the choice at level all.
   - executor: median ms per level for ours and onnxruntime (ORT_SEQUENTIAL, same thread count,
-    same level; timed in alternating blocks of two runs), the ratio, our peak bytes of live
-    intermediates (session.peak_bytes), and our fusion speedup (disabled / all).
+    same level; timed in alternating blocks of two runs), the ratio against its target, our peak
+    bytes of live intermediates (session.peak_bytes), and our fusion speedup (disabled / all,
+    our two sessions timed in alternating blocks too).
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
     (runtime/profile_table.py).
 Writes bench/results/<model>.json with the machine's CPU and thread count.
 
     python -m bench [--models bert_base gpt2_small resnet50] [--runs 10] [--threads 2] [--skip-runtime]
-                    [--profile 8]
+                    [--profile 8] [--levels disabled all]
 """
 
 from __future__ import annotations
@@ -148,6 +151,7 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
 
     rows = {}
     choices = None
+    kept = {}  # our sessions at disabled and all, for the fusion speedup
     for level in levels:
         reference = ort_session(path, level, threads)
         feeds = feeds_for(reference)
@@ -162,8 +166,16 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
         }
         if level == "all" or choices is None:
             choices = ours.kernel_choices.as_dict()
+        if level in ("disabled", "all"):
+            kept[level] = partial(ours.run, None, feeds)
         del ours, reference
-    speedup = rows["disabled"]["ours_ms"] / rows["all"]["ours_ms"] if {"disabled", "all"} <= set(rows) else None
+    speedup = None
+    if len(kept) == 2:
+        # Timed against each other in alternating blocks, as ours and onnxruntime's are: the
+        # per-level medians above come minutes apart, and a shared machine's speed drifts more
+        # than that between them.
+        disabled_ms, all_ms = interleaved_medians(kept["disabled"], kept["all"], runs)
+        speedup = disabled_ms / all_ms
     return {"levels": rows, "fusion_speedup": speedup, "kernel_choices": choices}
 
 
@@ -259,7 +271,7 @@ def main() -> None:
                 ratio = executor["levels"]["all"]["ratio"]
                 print(f"  ratio at all {ratio:.2f}: {'meets' if ratio <= target else 'MISSES'} the target <= {target}")
             if executor["fusion_speedup"] is not None:
-                print(f"  fusion speedup (disabled / all): {executor['fusion_speedup']:.2f}"
+                print(f"  fusion speedup (ours disabled / ours all, timed alternately): {executor['fusion_speedup']:.2f}"
                       + (" (target >= 1.3)" if name == "bert_base" else ""))
             choices = executor["kernel_choices"]
             print(f"  chosen at {'all' if 'all' in executor['levels'] else args.levels[-1]} on {cpu.model}: "

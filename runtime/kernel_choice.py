@@ -66,6 +66,12 @@ _VECTOR_EXTENSIONS = (
 )
 _GEMM_OPS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("com.microsoft", "FusedGemm"),
              ("com.microsoft", "Attention")}  # fmt: skip
+# numpy's OpenBLAS must beat the others by 10% to be chosen: the race times products alone, but
+# in a model's run OpenBLAS's workers spin for ~0.1 s after each product, taking cores from the
+# compiled loops between products (runtime/kernels/gemm.py: BERT-base 124 -> 167 ms), and on a
+# loaded machine spinning workers lose far more than sleeping ones (ResNet-50's convolutions).
+_HANDICAP = {"numpy": 1.1}
+_HANDICAP_NOTE = "10% (its workers spin between products)"
 _cache_lock = threading.Lock()
 _SEEN: dict[tuple[str, str], dict] = {}  # this process's reads and measurements, by (cache file, key)
 
@@ -326,9 +332,12 @@ def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> Ker
         where = f"measured {entry['measured']}, cached in {cache}"
     _SEEN[(str(cache), key)] = entry
     timings = entry["timings_ms"]
-    library = min(candidates, key=lambda c: (timings[c], candidates.index(c)))
+    library = min(candidates, key=lambda c: (timings[c] * _HANDICAP.get(c, 1.0), candidates.index(c)))
     ranking = ", ".join(f"{c} {timings[c]:.2f} ms" for c in sorted(candidates, key=timings.get))
-    return KernelChoice(family, library, f"fastest on {scope}: {ranking} ({where})", dict(timings), described)
+    handicaps = [c for c in candidates if c in _HANDICAP and len(candidates) > 1]
+    note = f"; {', '.join(handicaps)} must win by {_HANDICAP_NOTE}" if handicaps else ""
+    reason = f"fastest on {scope}: {ranking} ({where}{note})"
+    return KernelChoice(family, library, reason, dict(timings), described)
 
 
 def _shape_key(shape) -> tuple:

@@ -163,3 +163,13 @@ def test_convolutions_are_timed_on_the_models_own_nodes(monkeypatch):
 def test_a_gpu_backend_makes_no_cpu_library_choice():
     choices = kernel_choice.choose(None, threads=2, backend_name="cuda")
     assert choices.gemm.library == "cuda" and choices.libraries() == {}
+
+
+@pytest.mark.parametrize(("numpy_ms", "winner"), [(9.5, "onednn"), (8.0, "numpy")])
+def test_numpy_must_win_by_ten_percent(monkeypatch, numpy_ms, winner):
+    if "onednn" not in kernel_choice.gemm_candidates():
+        pytest.skip("oneDNN is not loadable here")
+    monkeypatch.setattr(kernel_choice, "gemm_candidates", lambda: ["onednn", "numpy"])
+    monkeypatch.setattr(kernel_choice, "_race", lambda c, s, m: {"onednn": 10.0, "numpy": numpy_ms})
+    session = InferenceSession(_matmul_model([3, 4], 4, 2), SessionOptions(graph_optimization_level="disabled"))
+    assert session.gemm_backend == winner and "must win by 10%" in session.kernel_choices.gemm.reason
