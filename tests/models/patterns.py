@@ -889,9 +889,10 @@ EMB_BATCH, EMB_SEQ, EMB_HIDDEN, EMB_VOCAB, EMB_POSITIONS = 2, 6, 16, 30, 12
 
 
 def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_consumed=False, gather_axis=0,
-                     opset=17):
+                     opset=17, rotary=None):
     """BERT's embeddings: word + segment + position lookups -> Add -> Add -> LayerNormalization -> Attention.
 
+    `rotary` (with attention="onnx"): None, "onnx" or "com.microsoft": Q and K pass a RotaryEmbedding.
     `segment`: True (a token_type_ids input), False (DistilBERT) or "buffer" (BERT called without
     token_type_ids: all-zero ids from a buffer, picked by position and expanded to the batch).
     `position`: "slice" (today's exporters: Slice of a [1, P] position_ids buffer to the
@@ -970,8 +971,22 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
             inits.append(numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, EMB_HIDDEN)).astype(np.float32) * 0.2,
                                                  f"/attn/{p}_weight"))
             nodes.append(helper.make_node("MatMul", ["/emb/ln_out", f"/attn/{p}_weight"], [f"/attn/{p}"], name=f"/attn/{p}/MatMul"))
-        nodes.append(helper.make_node("Attention", ["/attn/q", "/attn/k", "/attn/v"], ["attn_out"], name="/attn/Attention",
-                                      q_num_heads=2, kv_num_heads=2))
+        q = k = None
+        if rotary:  # Q and K rotated by RoPE in either form: ONNX's (opset 23) or com.microsoft's
+            angles = np.arange(EMB_POSITIONS)[:, None] * (1.0 / 10000 ** (np.arange(0, 8, 2) / 8))[None, :]
+            inits += [numpy_helper.from_array(np.cos(angles).astype(np.float32), "/rope/cos"),
+                      numpy_helper.from_array(np.sin(angles).astype(np.float32), "/rope/sin")]
+            inputs["position_ids"] = (TensorProto.INT64, ["batch", "seq"])
+            for p in "qk":
+                if rotary == "onnx":
+                    rope_inputs, domain = [f"/attn/{p}", "/rope/cos", "/rope/sin", "position_ids"], ""
+                else:
+                    rope_inputs, domain = [f"/attn/{p}", "position_ids", "/rope/cos", "/rope/sin"], "com.microsoft"
+                nodes.append(helper.make_node("RotaryEmbedding", rope_inputs, [f"/attn/{p}_rot"], name=f"/attn/{p}/Rotary",
+                                              domain=domain, num_heads=2))
+            q, k = "/attn/q_rot", "/attn/k_rot"
+        nodes.append(helper.make_node("Attention", [q or "/attn/q", k or "/attn/k", "/attn/v"], ["attn_out"],
+                                      name="/attn/Attention", q_num_heads=2, kv_num_heads=2))
         outputs = ["attn_out"]
     elif attention:
         inits += [

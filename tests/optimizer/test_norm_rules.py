@@ -255,10 +255,12 @@ def test_embed_layer_norm_drops_constant_default_positions():
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
-def test_embed_layer_norm_in_front_of_onnx_attention_23():
+@pytest.mark.parametrize("rotary", [None, "onnx", "com.microsoft"])
+def test_embed_layer_norm_in_front_of_onnx_attention_23(rotary):
     # Attention in its other form: the standard op of opset 23 reads the LayerNorm output through
-    # its Q/K/V projections (the dynamo exporter's BERT at opset 23).
-    model = patterns.embed_layer_norm(attention="onnx", opset=23)
+    # its Q/K/V projections (the dynamo exporter's BERT at opset 23), Q and K maybe through a
+    # RotaryEmbedding in either of its forms.
+    model = patterns.embed_layer_norm(attention="onnx", opset=23, rotary=rotary)
     optimized, report = _optimize(model)
     assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
     assert report.ops_after["Attention"] == 1
