@@ -95,6 +95,17 @@ class AttentionFusion(Rule):
             if scores is None:
                 return fail("mask", f"neither input of {describe(add)} comes from the Q·Kᵀ MatMul", add)
             core.append(add)
+        fill = _mask_fill(producer(scores))
+        if fill is not None:  # masked_fill: Where(mask, fill, scores) or Where(keep, scores, fill)
+            where, scores = fill
+            core.append(where)
+        elif is_op(producer(scores), "Where"):
+            where = producer(scores)
+            values = [const_scalar(v) for v in where.inputs[1:]]
+            shown = next((v for v in values if v is not None), None)
+            if shown is not None:
+                return fail("mask", f"{describe(where)} fills the scores with {shown:g}, not a large negative value "
+                            f"(≤ {MASK_FILL_LIMIT:g}): it does not mask them out", where)
         scale, scores_nodes, qk = _walk_scale(scores)
         if scale is None:
             return fail("scores", f"the scores are scaled by a non-constant {describe(scores_nodes[-1])}", scores_nodes[-1])
@@ -149,6 +160,11 @@ class AttentionFusion(Rule):
 
         # --- mask: an additive bias the fused op can broadcast ------------------------------
         padding = None
+        if fill is not None:
+            problem = _check_mask(fill[0].inputs[0], num_heads)
+            if problem is not None:
+                reason, node = problem
+                return fail("mask", reason.replace("mask '", "masked_fill condition '", 1), node)
         if mask is not None:
             problem = _check_mask(mask, num_heads)
             if problem is not None and _is_key_padding(mask):
@@ -165,6 +181,7 @@ class AttentionFusion(Rule):
             outputs=[out_value],
             captures={
                 "graph": graph, "anchor": softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
+                "fill": fill[0] if fill is not None else None,
                 "num_heads": num_heads, "scale": scale,
                 "flat_output": flat_output, "hidden": num_heads * head_size,
                 "parts": [(q, q_cols), (k, k_cols), (v, v_cols)],
@@ -175,6 +192,12 @@ class AttentionFusion(Rule):
         weight, bias = _packed_weights(op, match)
         attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
         inputs = [match.x, weight, bias, None, None, match.mask] if match.mask is not None else [match.x, weight, bias]
+        if match.fill is not None:  # the masked_fill as an additive bias: fill where masked, 0 elsewhere
+            fill_bias = _fill_bias(op, match)
+            if match.mask is None:
+                inputs = [match.x, weight, bias, None, None, fill_bias]
+            else:
+                inputs[5] = op.op("Add", [fill_bias, match.mask], name=f"{self.name}/{match.anchor}/bias")
         if match.padding is not None:
             kind, raw, filter_value = match.padding
             if kind == "index":  # the [batch, key] 0/1 mask itself, as onnxruntime's fusion passes it
@@ -337,10 +360,41 @@ def _walk_scale(scores: ir.Value):
     return scale, nodes, node
 
 
+# A masked_fill value at or below this is "minus infinity" to softmax: exp(-1e4) underflows to 0.
+MASK_FILL_LIMIT = -1e4
+
+
+def _mask_fill(node: ir.Node | None) -> tuple[ir.Node, ir.Value] | None:
+    """(the Where, the scores) for a masked_fill: Where(c, fill, scores) or Where(c, scores, fill)
+    with fill a constant at or below MASK_FILL_LIMIT (DistilBERT, GPT-2's causal mask).
+
+    As an additive bias, Where(c, fill, 0) + scores, it gives every masked logit fill + score
+    instead of fill, which softmax weighs as 0 all the same; a row whose every key is masked is
+    the exception (uniform weights before, softmax of the scores after), as with the NaN guard."""
+    if not is_op(node, "Where"):
+        return None
+    for fill_side, data_side in ((1, 2), (2, 1)):
+        fill = const_array(node.inputs[fill_side])
+        if fill is not None and fill.size == 1 and float(fill.reshape(())) <= MASK_FILL_LIMIT:
+            return node, node.inputs[data_side]
+    return None
+
+
+def _fill_bias(op: ir.tape.Tape, match: Match) -> ir.Value:
+    where = match.fill
+    fill_side = 1 if const_array(where.inputs[1]) is not None and const_array(where.inputs[1]).size == 1 else 2
+    fill_value = float(const_array(where.inputs[fill_side]).reshape(()))
+    fill = _unique_initializer(op, match.graph, np.array(fill_value, np.float32), "attention_mask_fill")
+    zero = _unique_initializer(op, match.graph, np.array(0.0, np.float32), "attention_mask_zero")
+    branches = [fill, zero] if fill_side == 1 else [zero, fill]
+    return op.op("Where", [where.inputs[0], *branches], name=f"{AttentionFusion.name}/{match.anchor}/fill_bias")
+
+
 def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
     """(scores, mask) for the Add before Softmax: scores are the side that reaches the Q·Kᵀ MatMul."""
     for scores, mask in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        _, _, matmul = _walk_scale(scores)
+        fill = _mask_fill(producer(scores))
+        _, _, matmul = _walk_scale(fill[1] if fill is not None else scores)
         if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (None, 4):
             return scores, mask
     return None, None
