@@ -412,10 +412,14 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
             nodes.append(helper.make_node("MaskOp", ["keep"], ["keep_custom"], name="/mask/MaskOp", domain="my"))
             imports.append(helper.make_opsetid("my", 1))
             keep = "keep_custom"
-        nodes += [
-            helper.make_node("Where", [keep, "zero", "minus_inf"], ["additive_mask"], name="/mask/Where"),
-            helper.make_node("Add", ["scores", "additive_mask"], ["masked"], name="/attn/Add"),
-        ]
+        if mask_form == "fill":  # DistilBERT's scores.masked_fill(~keep, finfo.min)
+            inits.append(_scalar("fill", float(np.finfo(np.float32).min)))
+            nodes.append(helper.make_node("Where", [keep, "scores", "fill"], ["masked"], name="/mask/Where"))
+        else:
+            nodes += [
+                helper.make_node("Where", [keep, "zero", "minus_inf"], ["additive_mask"], name="/mask/Where"),
+                helper.make_node("Add", ["scores", "additive_mask"], ["masked"], name="/attn/Add"),
+            ]
         logits = "masked"
     nodes += [
         helper.make_node("Softmax", [logits], ["probs"], name="/attn/Softmax", axis=-1),

@@ -120,6 +120,15 @@ def test_key_row_mask_is_repeated_for_every_query():
     assert_same_outputs(original, model, {"x": x, "keep": patterns.attention_keep_mask(rows=1)})
 
 
+def test_masked_fill_becomes_an_additive_bias():
+    # DistilBERT writes scores.masked_fill(mask, finfo.min): a Where in front of Softmax.
+    original = patterns.self_attention(mask_form="fill")
+    model, fired, near_misses = _attention_only(original)
+    assert (fired, near_misses) == (1, [])
+    assert Counter(n.op_type for n in model.graph) == Counter({"Attention": 1, "Where": 1})
+    assert_same_outputs(original, model, _small_feeds())
+
+
 @pytest.mark.parametrize("batch_padding", [False, True])
 def test_raw_padding_mask_becomes_mask_index(batch_padding):
     # (1 - attention_mask[:, None, None, :]) * -10000 is what onnxruntime passes as the 2-D
