@@ -809,7 +809,7 @@ def layer_norm(
         helper.make_node("Mul", [normalized, f"{p}/gamma"], [f"{p}/Mul_output_0"], name=f"{p}/Mul"),
         helper.make_node("Add", [f"{p}/Mul_output_0", f"{p}/beta"], ["y"], name=f"{p}/Add_1"),
     ]
-    inits += [_vector(f"{p}/gamma", gamma_shape, seed=1), _vector(f"{p}/beta", (16,), seed=2)]
+    inits += [_vector(f"{p}/gamma", gamma_shape, seed=1), _vector(f"{p}/beta", gamma_shape, seed=2)]
     outputs = ["y"]
     if extra_consumer is not None:
         nodes.append(helper.make_node("Neg", [extra_consumer], ["extra"], name=f"{p}/Neg"))

@@ -20,7 +20,6 @@ _CAST_LN = "LayerNormFusion does not look through Casts inside the pattern"
 _EMBED = "EmbedLayerNormFusion does not know the NonZero(ConstantOfShape) position ids of this export"
 _GPT = "AttentionFusion has no GPT-2 (unidirectional Where mask, past key/value) form"
 KNOWN_GAPS: dict[str, str] = {
-    "layer_norm_with_cast.onnx": _CAST_LN,
     "layer_norm_with_cast_2.onnx": _CAST_LN,
     "layer_norm_with_cast_3.onnx": _CAST_LN,
     "layer_norm_with_cast_4.onnx": _CAST_LN,
