@@ -17,6 +17,7 @@ from pathlib import Path
 
 from optimizer import DEFAULT_LIMITS, LEVEL_NAMES, LoadLimits, ModelLoadError, check_model_file
 from service.engines.base import Engine, EngineError
+from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.feeds import FeedError, make_feeds
 from service.engines.native import FusionwatchEngine
 from service.engines.onnxruntime import OnnxruntimeEngine
@@ -52,10 +53,13 @@ def run_engine(
     threads: int = 0,
     sequence_length: int = 128,
     limits: LoadLimits = DEFAULT_LIMITS,
+    disabled: list[str] | tuple[str, ...] = (),
+    custom_ops: CustomOps = NO_CUSTOM_OPS,
 ) -> EngineResult:
     """Optimize MODEL at `level` with engine `name`, run it `warmup + runs` times, and report.
 
-    Timings are over the last `runs` runs. Symbolic input dimensions other than the batch
+    Timings are over the last `runs` runs. `disabled` names optimizer rules to switch off, by ONNX
+    Runtime's names, in either engine. Symbolic input dimensions other than the batch
     become `sequence_length` (see feeds.py).
     """
     engine = engine_named(name)
@@ -83,4 +87,6 @@ def run_engine(
         feeds = make_feeds(model, sequence_length)
     except FeedError as error:
         raise EngineError(name, level, path, f"cannot make inputs: {error}") from error
-    return engine.run(path, level, feeds, runs=runs, warmup=warmup, threads=threads)
+    return engine.run(
+        path, level, feeds, runs=runs, warmup=warmup, threads=threads, disabled=tuple(disabled), custom_ops=custom_ops
+    )
