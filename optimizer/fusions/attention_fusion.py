@@ -24,6 +24,10 @@ GatherND, And of comparisons); proving such a subgraph equals "attention_mask[b,
 "j <= i") would need evaluating it. The exporter's own additive mask [B|1, 1|N, S, T] is
 exact by construction, and ONNX Runtime's CPU Attention broadcasts it over heads.
 
+A key/value cache with nothing in it yet (GPT-2 exported with use_cache=True: K and V concatenated
+onto an empty past, and returned as the layer's present key/value) becomes Attention's `present`
+output, split back into the two values; the probe checks that they are K and V per head.
+
 Dropped on purpose: the NaN guard after Softmax (IsNaN -> Where(0)). It only differs for a
 query row whose every key is masked (all padding); the fused op then yields NaN there.
 """
@@ -157,6 +161,9 @@ class AttentionFusion(Rule):
         if isinstance(out, str):
             return fail("output", out)
         out_nodes, out_value, flat_output = out
+        presents = _check_cache(q, k, v, probe, heads)
+        if isinstance(presents, str):
+            return fail("cache", presents)
 
         # --- mask: an additive bias the fused op can broadcast ------------------------------
         padding = None
@@ -178,9 +185,10 @@ class AttentionFusion(Rule):
         nodes = core + _dead_helpers(core)
         return Match(
             nodes=_in_graph_order(graph, nodes),
-            outputs=[out_value],
+            outputs=[out_value, *presents],
             captures={
                 "graph": graph, "anchor": softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
+                "present": bool(presents),
                 "fill": fill[0] if fill is not None else None,
                 "num_heads": num_heads, "scale": scale,
                 "flat_output": flat_output, "hidden": num_heads * head_size,
@@ -207,11 +215,19 @@ class AttentionFusion(Rule):
                 attributes["mask_filter_value"] = float(filter_value)
             else:  # repeat the one mask row for every query: [B|1, 1, 1, T] -> [B|1, 1, S, T]
                 inputs[5] = _expand_over_queries(op, match)
-        output = op.op("Attention", inputs, attributes, domain=MS, name=f"{self.name}/{match.anchor}")
+        name = f"{self.name}/{match.anchor}"
+        presents = []
+        if match.present:  # present (2, B, N, S, H): key and value as the cache Concats returned them
+            output, present = op.op_multi_out("Attention", inputs, attributes, domain=MS, num_outputs=2, name=name)
+            for index, role in enumerate(("key", "value")):
+                at = _unique_initializer(op, match.graph, np.array(index, np.int64), f"attention_present_{role}")
+                presents.append(op.op("Gather", [present, at], {"axis": 0}, name=f"{name}/present_{role}"))
+        else:
+            output = op.op("Attention", inputs, attributes, domain=MS, name=name)
         if match.flat_output:  # the block's consumer took [B*S, hidden] (dynamo GPT-2's Gemm)
             shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
             output = op.op("Reshape", [output, shape], name=f"{self.name}/{match.anchor}/flatten")
-        return output
+        return [output, *presents]
 
 
 # --- the chain from a projection to Q / Kᵀ / V --------------------------------------------
@@ -231,6 +247,7 @@ class _Projection:
         self.flat_linear = linear_nodes[0].op_type == "Reshape"  # Reshape -> Gemm -> Reshape
         self.nodes = linear_nodes + chain + scale_nodes
         self.initializers: tuple[ir.Value, ir.Value] | None = None  # (W, b) usable unchanged
+        self.cache: ir.Value | None = None  # K or V as it leaves through the (empty) cache, if it does
 
 
 def _trace_projection(value: ir.Value):
@@ -239,6 +256,7 @@ def _trace_projection(value: ir.Value):
     picks: dict[int, int] = {}
     scale_nodes: list[ir.Node] = []
     scale = 1.0
+    cache = None
     node = producer(value)
     while node is not None and len(chain) + len(scale_nodes) < MAX_CHAIN:
         if is_op(node, "Mul") or is_op(node, "Div"):
@@ -249,6 +267,13 @@ def _trace_projection(value: ir.Value):
             scale_nodes.append(node)
             value = data
             node = producer(data)
+            continue
+        if is_op(node, "Concat") and _sole_data_input(node) is not None and cache is None:
+            # K or V appended to an empty cache: the Concat's output is the layer's present key/value
+            cache = node.outputs[0]
+            chain.insert(0, node)
+            value = _sole_data_input(node)
+            node = producer(value)
             continue
         if not any(is_op(node, t) for t in LAYOUT_OPS):
             break
@@ -263,6 +288,7 @@ def _trace_projection(value: ir.Value):
     x, weight, bias, linear_nodes, as_is = linear
     projection = _Projection(x, weight, bias, linear_nodes, chain, picks, scale, scale_nodes)
     projection.initializers = as_is
+    projection.cache = cache
     return projection
 
 
@@ -388,6 +414,37 @@ def _fill_bias(op: ir.tape.Tape, match: Match) -> ir.Value:
     zero = _unique_initializer(op, match.graph, np.array(0.0, np.float32), "attention_mask_zero")
     branches = [fill, zero] if fill_side == 1 else [zero, fill]
     return op.op("Where", [where.inputs[0], *branches], name=f"{AttentionFusion.name}/{match.anchor}/fill_bias")
+
+
+def _sole_data_input(concat: ir.Node) -> ir.Value | None:
+    """The one input of a Concat that holds data, when every other is provably empty (or there
+    is none): the Concat then returns that input as it is."""
+    data = [v for v in concat.inputs if v is not None and not _is_empty(v)]
+    return data[0] if len(data) == 1 else None
+
+
+def _is_empty(value: ir.Value) -> bool:
+    shape = static_shape(value)
+    return shape is not None and 0 in shape
+
+
+def _check_cache(q: _Projection, k: _Projection, v: _Projection, probe: _Probe, heads: dict):
+    """The present key and value ([] without a cache), or why the cache does not fit Attention.
+
+    Attention's `present` output is (2, B, N, S, H): K and V per head as [B, N, S, H]. The values
+    the cache Concats return must be exactly that, which the probe checks on the chain up to them.
+    """
+    if q.cache is None and k.cache is None and v.cache is None:
+        return []
+    if q.cache is not None or k.cache is None or v.cache is None:
+        return "only one of key and value goes through a cache (or the query does)"
+    for role, path in (("K", k), ("V", v)):
+        head = path.chain[: path.chain.index(path.cache.producer()) + 1]
+        prefix = _Projection(path.x, path.weight, path.bias, path.linear_nodes, head, path.picks, 1.0, [])
+        found = probe.head_columns(prefix, key_layout=False)
+        if isinstance(found, str) or found[0] != heads[role][0] or not np.array_equal(found[2], heads[role][2]):
+            return f"the present {role} '{path.cache.name}' is not {role} as [batch, heads, sequence, head_size]"
+    return [k.cache, v.cache]
 
 
 def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
@@ -575,6 +632,8 @@ class _Probe:
                 array = self._slice(node, array)
                 if isinstance(array, str):
                     return array
+            elif is_op(node, "Concat"):  # onto an empty cache: the data as it is
+                pass
             self.shapes[id(node.outputs[0])] = array.shape
         return array
 
