@@ -15,8 +15,11 @@ from tests.optimizer.ort_fusion_cases import CASES, ort_testdata_dir, run_case
 FOLDER = ort_testdata_dir()
 pytestmark = pytest.mark.skipif(FOLDER is None, reason="ONNX Runtime's fusion test models are not here")
 
-_CAST_SKIP = "SkipLayerNormFusion does not look through the Casts around a float16 residual Add"
-_CAST_LN = "LayerNormFusion does not look through Casts inside the pattern"
+# ORT's test runs its transformer on nodes no execution provider has claimed; in a CPU session
+# (ours, and onnxruntime's own: `tools/fusion_table.py --ort-cases` shows both) these float16
+# patterns stay unfused, as the CPU kernels compute LayerNorm in float or double only.
+_CAST_SKIP = "float16 residual Add around Casts: onnxruntime's own CPU session does not fuse it either"
+_CAST_LN = "a float16 LayerNorm: onnxruntime's own CPU session does not fuse it either"
 _EMBED = "EmbedLayerNormFusion does not know the NonZero(ConstantOfShape) position ids of this export"
 _GPT = "AttentionFusion has no GPT-2 (unidirectional Where mask, past key/value) form"
 KNOWN_GAPS: dict[str, str] = {
