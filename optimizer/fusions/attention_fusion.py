@@ -28,6 +28,11 @@ A key/value cache with nothing in it yet (GPT-2 exported with use_cache=True: K 
 onto an empty past, and returned as the layer's present key/value) becomes Attention's `present`
 output, split back into the two values; the probe checks that they are K and V per head.
 
+Q, K and V may also reach the scores already projected and split into heads, with work between the
+projection and the product that Attention's packed weight cannot express (Llama's rotary
+embedding, grouped-query K/V repeated to every head): then the block becomes MultiHeadAttention on
+Q (back in [B, S, hidden]) and K, V in heads, the probe checking the Kᵀ chain and the head merge.
+
 Dropped on purpose: the NaN guard after Softmax (IsNaN -> Where(0)). It only differs for a
 query row whose every key is masked (all padding); the fused op then yields NaN there.
 """
@@ -129,7 +134,16 @@ class AttentionFusion(Rule):
         for role, value in (("Q", qk.inputs[0]), ("K", qk.inputs[1]), ("V", pv.inputs[1])):
             path = _trace_projection(value)
             if isinstance(path, str):
-                return fail("projection", f"{role} projection {path}", None)
+                # Q, K and V may arrive already projected and split into heads, with work between the
+                # projection and the product (Llama's rotary embedding and grouped-query K/V repeat):
+                # then the fused op is MultiHeadAttention on those heads.
+                heads_form = self._match_heads(graph, softmax, core, qk, pv, scale, k_transposed, mask, fill)
+                if isinstance(heads_form, Match):
+                    return heads_form
+                reason = f"{role} projection {path}"
+                if isinstance(heads_form, str):
+                    reason += f"; as heads for MultiHeadAttention: {heads_form}"
+                return fail("projection", reason, None)
             paths[role] = path
         q, k, v = paths["Q"], paths["K"], paths["V"]
         for role, path in (("K", k), ("V", v)):
@@ -196,7 +210,79 @@ class AttentionFusion(Rule):
             },
         )
 
+    def _rewrite_heads(self, op: ir.tape.Tape, match: Match):
+        q4, k4, v4 = match.heads
+        name = f"{self.name}/{match.anchor}"
+        perm = op.op("Transpose", [q4], {"perm": [0, 2, 1, 3]}, name=f"{name}/query_bsnh")
+        flat = _unique_initializer(op, match.graph, np.array([0, 0, match.hidden], np.int64), "attention_query_shape")
+        query = op.op("Reshape", [perm, flat], name=f"{name}/query")
+        bias = _heads_bias(op, match, q4)
+        inputs = [query, k4, v4] + ([None, None, bias] if bias is not None else [])
+        attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
+        output = op.op("MultiHeadAttention", inputs, attributes, domain=MS, name=name)
+        if match.flat_output:
+            shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
+            output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
+        return output
+
+    def _match_heads(self, graph, softmax, core, qk, pv, scale, k_transposed, mask, fill):
+        """The block over Q, K, V already in heads, [B, N, S, H], as MultiHeadAttention: a Match, or
+        why not (a string), or None when Q is not such a tensor at all."""
+        q4, v4 = qk.inputs[0], pv.inputs[1]
+        if rank(q4) != 4 or q4.shape is None:
+            return None
+        if not isinstance(q4.shape[1], int) or not isinstance(q4.shape[3], int):
+            return (f"Q '{q4.name}' has shape {[str(d) for d in q4.shape]}: the number of heads and the head "
+                    "size must be known numbers")
+        num_heads, head_size = q4.shape[1], q4.shape[3]
+        probe = _Probe.for_heads(q4)
+        k_chain: list[ir.Node] = []
+        k4 = qk.inputs[1]
+        if k_transposed:  # Kᵀ: walk back to a [B, N, T, H] value the chain swaps the last axes of
+            while rank(k4) != 4 or k4.shape is None or k4.shape[1] != num_heads or k4.shape[3] != head_size or not k_chain:
+                node = producer(k4)
+                if not (is_op(node, "Transpose") or is_op(node, "Reshape")) or len(k_chain) >= 4:
+                    return "Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape"
+                k_chain.insert(0, node)
+                k4 = node.inputs[0]
+            numbered = np.arange(probe.batch * num_heads * 5 * head_size, dtype=np.int64).reshape(
+                probe.batch, num_heads, 5, head_size)
+            probe.shapes[id(k4)] = numbered.shape
+            probe.symbols.setdefault(str(k4.shape[2]), 5)
+            moved = probe.run(k_chain, numbered)
+            if isinstance(moved, str) or not np.array_equal(moved, numbered.swapaxes(2, 3)):
+                return f"{describe(k_chain[-1])} does not turn K [batch, heads, keys, head_size] into Kᵀ"
+        for role, value in (("K", k4), ("V", v4)):
+            shape = value.shape
+            if rank(value) != 4 or shape is None or shape[1] != num_heads or shape[3] != head_size:
+                return f"{role} '{value.name}' is not [batch, {num_heads}, keys, {head_size}] like Q"
+        out = _trace_output(pv.outputs[0], probe, num_heads, head_size)
+        if isinstance(out, str):
+            return out
+        out_nodes, out_value, flat_output = out
+        if fill is not None and _check_mask(fill[0].inputs[0], num_heads) is not None:
+            return _check_mask(fill[0].inputs[0], num_heads)[0]
+        padding = None
+        if mask is not None:
+            problem = _check_mask(mask, num_heads)
+            if problem is not None and not _is_key_padding(mask):
+                return problem[0]
+            padding = ("expand", None, None) if problem is not None else None
+        nodes = list({id(n): n for n in core + k_chain + out_nodes}.values())
+        nodes += _dead_helpers(nodes)
+        return Match(
+            nodes=_in_graph_order(graph, nodes),
+            outputs=[out_value],
+            captures={
+                "graph": graph, "anchor": softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
+                "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
+                "num_heads": num_heads, "scale": scale, "flat_output": flat_output, "hidden": num_heads * head_size,
+            },
+        )
+
     def rewrite(self, op: ir.tape.Tape, match: Match):
+        if match.captures.get("heads") is not None:
+            return self._rewrite_heads(op, match)
         weight, bias = _packed_weights(op, match)
         attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
         inputs = [match.x, weight, bias, None, None, match.mask] if match.mask is not None else [match.x, weight, bias]
@@ -416,6 +502,17 @@ def _fill_bias(op: ir.tape.Tape, match: Match) -> ir.Value:
     return op.op("Where", [where.inputs[0], *branches], name=f"{AttentionFusion.name}/{match.anchor}/fill_bias")
 
 
+def _heads_bias(op: ir.tape.Tape, match: Match, x_shape_source: ir.Value) -> ir.Value | None:
+    """attention_bias for the heads form: the additive mask and/or the masked_fill as a bias."""
+    bias = match.mask
+    if match.padding is not None:
+        bias = _expand_over_queries(op, match)
+    if match.fill is not None:
+        fill_bias = _fill_bias(op, match)
+        bias = fill_bias if bias is None else op.op("Add", [fill_bias, bias], name=f"{AttentionFusion.name}/{match.anchor}/bias")
+    return bias
+
+
 def _sole_data_input(concat: ir.Node) -> ir.Value | None:
     """The one input of a Concat that holds data, when every other is provably empty (or there
     is none): the Concat then returns that input as it is."""
@@ -573,6 +670,19 @@ class _Probe:
                 self.symbols[str(dim)] = size
         self.shapes: dict[int, tuple[int, ...]] = {}  # id(value) -> probe shape
         self.x = x
+
+    @classmethod
+    def for_heads(cls, q4: ir.Value) -> _Probe:
+        """A probe whose batch and sequence are those of Q in heads, [B, N, S, H]."""
+        dims = list(q4.shape)
+        probe = cls.__new__(cls)
+        probe.batch = dims[0] if isinstance(dims[0], int) else PROBE_BATCH
+        probe.seq = dims[2] if isinstance(dims[2], int) else PROBE_SEQ
+        probe.symbols = {str(d): size for d, size in ((dims[0], probe.batch), (dims[2], probe.seq))
+                         if d is not None and not isinstance(d, int)}
+        probe.shapes = {id(q4): (probe.batch, dims[1], probe.seq, dims[3])}
+        probe.x = q4
+        return probe
 
     def head_columns(self, path: _Projection, key_layout: bool):
         """(num_heads, head_size, projection columns per head) or a reason string."""

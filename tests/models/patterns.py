@@ -339,7 +339,7 @@ ATTN_BATCH, ATTN_SEQ, ATTN_HIDDEN, ATTN_HEADS = 2, 4, 8, 2
 
 
 def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=False, extra_outputs=(), opset=17,
-                   mask_form="rows"):
+                   mask_form="rows", heads_form=False):
     rng = np.random.default_rng(7)
     hidden, heads = ATTN_HIDDEN, ATTN_HEADS
     head = hidden // heads
@@ -366,11 +366,20 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
             ]
     for p in "qkv":
         nodes.append(helper.make_node("Reshape", [p, "split_heads"], [f"{p}_4d"], name=f"/attn/{p}/Reshape"))
-    nodes += [
-        helper.make_node("Transpose", ["q_4d"], ["q_t"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
-        helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose", perm=[0, 2, 3, 1]),
-        helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
-    ]
+    if heads_form:  # Q rotated by a per-position factor after the head split (as RoPE does), K in heads first
+        nodes += [
+            helper.make_node("Transpose", ["q_4d"], ["q_heads"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
+            helper.make_node("Mul", ["q_heads", "rot"], ["q_t"], name="/attn/q/Rotate"),
+            helper.make_node("Transpose", ["k_4d"], ["k_heads"], name="/attn/k/Transpose", perm=[0, 2, 1, 3]),
+            helper.make_node("Transpose", ["k_heads"], ["k_t"], name="/attn/k/TransposeT", perm=[0, 1, 3, 2]),
+            helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
+        ]
+    else:
+        nodes += [
+            helper.make_node("Transpose", ["q_4d"], ["q_t"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
+            helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose", perm=[0, 2, 3, 1]),
+            helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
+        ]
     if scale == "split":
         root = math.sqrt(1.0 / math.sqrt(head))
         inits.append(_scalar("root_scale", root))
@@ -387,6 +396,8 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
         ]
     logits = "scores"
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ATTN_BATCH, ATTN_SEQ, hidden])]
+    if heads_form:
+        inputs.append(helper.make_tensor_value_info("rot", TensorProto.FLOAT, [1, 1, ATTN_SEQ, head]))
     imports = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
     if mask and mask_form == "raw":
         # BERT's classic padding mask: (1 - attention_mask[:, None, None, :]) * -10000, [B, 1, 1, S].

@@ -29,7 +29,10 @@ EXTENDED: dict[str, dict[str, int]] = {
         f"{MS}SkipLayerNormalization": 2,
     },
     "llama_torchscript_opset14.onnx": {**LLAMA, "Reshape": 6, f"{MS}FusedMatMul": 2},
-    "llama_dynamo_opset20.onnx": {**LLAMA, f"{MS}FusedMatMul": 2},
+    # Q and K pass the rotary embedding and K/V the grouped-query repeat after their projections:
+    # attention fuses as MultiHeadAttention on the heads (TorchScript's export leaves the number of
+    # heads symbolic, so opset 14 does not).
+    "llama_dynamo_opset20.onnx": {**LLAMA, f"{MS}MultiHeadAttention": 2},
     # opset 23: the exporter's own Attention, RMSNormalization and RotaryEmbedding stay; the
     # rules around them fire on both forms.
     "llama_dynamo_opset23.onnx": {f"{MS}SkipSimplifiedLayerNormalization": 4, f"{MS}QuickGelu": 2},
