@@ -34,7 +34,6 @@ import uuid
 from pathlib import Path
 
 import httpx
-import onnx
 from onnx import TensorProto, helper
 
 from service.machine import describe_machine
