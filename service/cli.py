@@ -176,8 +176,9 @@ def worker_command(
     from service.worker.celery_app import celery_app_for
 
     err.print(f"fusionwatch worker on queue {queue!r} of {_shown(settings.broker_url)}, concurrency {concurrency}")
+    # --quiet: no startup banner; what the worker has to say goes through the JSON logs at the set level.
     celery_app_for(settings.broker_url).worker_main([
-        "worker", f"--queues={queue}", f"--concurrency={concurrency}", "--pool=prefork",
+        "--quiet", "worker", f"--queues={queue}", f"--concurrency={concurrency}", "--pool=prefork",
         f"--loglevel={settings.log_level}", "--without-mingle", "--without-gossip",
     ])
 

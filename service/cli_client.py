@@ -173,15 +173,18 @@ def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:
 
 def print_measurements(console: Console, rows: Iterable[tuple[str, Any]], title: str = "Medians, ms") -> None:
     """Measurements (service.usecases.results.Measurement) as one table, one row per model × engine × level."""
+    rows = list(rows)
+    several = len({model for model, _ in rows}) > 1  # the model column only when it tells rows apart
     table = Table(title=title)
-    for heading in ("model", "engine", "level", "fused ops"):
+    for heading in ("model", "engine", "level", "fused ops")[0 if several else 1:]:
         table.add_column(heading, no_wrap=True)
     for heading in ("Execute", "model_run", "max abs err"):
         table.add_column(heading, justify="right")
     for model, m in rows:
         fused = "\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in m.fusions.items()) or "-"
         check = "-" if m.numeric_ok is None else f"{m.max_abs_error:.2g}" + ("" if m.numeric_ok else " [red]✗[/red]")
-        table.add_row(model, m.engine, m.level, fused, _ms(median(m.execute_ms)), _ms(median(m.model_run_ms)), check)
+        cells = [m.engine, m.level, fused, _ms(median(m.execute_ms)), _ms(median(m.model_run_ms)), check]
+        table.add_row(*([model, *cells] if several else cells))
     console.print(table)
 
 
