@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -145,17 +146,17 @@ def finite(value: Any) -> Any:
 
 def print_diff(console: Console, diff: dict[str, Any]) -> None:
     """Each model × engine × level of a commit: fused ops and median Execute ms against the baseline."""
-    console.print(f"commit {diff['commit'][:12]} on {diff['branch']}, against each result's baseline:")
+    console.print(f"commit {diff['commit'][:12]} on {diff['branch']}, against each result's baseline:", markup=False)
     table = Table("model", "engine", "level", "baseline", "fused ops (before → after)", "Execute ms", "change")
     for entry in diff["models"]:
         timing, baseline = entry["median_ms"], entry["baseline_commit"]
         if baseline is None:  # the first measurement of its series: nothing to compare with
-            fused = "\n".join(f"{op.rsplit('.', 1)[-1]} {c['after']}" for op, c in entry["fusions"].items())
+            fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {c['after']}" for op, c in entry["fusions"].items()))
             timings = _ms(timing["after"])
         else:
             fused = "\n".join(_count_change(op, c["before"], c["after"]) for op, c in entry["fusions"].items())
             timings = f"{_ms(timing['before'])} → {_ms(timing['after'])}"
-        table.add_row(entry["model"], entry["engine"], entry["level"], (baseline or "none")[:12], fused or "-",
+        table.add_row(escape(entry["model"]), entry["engine"], entry["level"], escape((baseline or "none")[:12]), fused or "-",
                       timings, _pct(timing["change_pct"]))
     console.print(table)
 
@@ -168,7 +169,7 @@ def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:
     for alert in alerts:
         colour = "yellow" if alert["kind"] in ("fusion-change",) else "red"
         # One line per alert, however long: a CI log is grepped for them.
-        console.print(f"[{colour}]{alert['kind']}[/{colour}] {alert['message']}", highlight=False, soft_wrap=True)
+        console.print(f"[{colour}]{alert['kind']}[/{colour}] {escape(alert['message'])}", highlight=False, soft_wrap=True)
 
 
 def print_measurements(console: Console, rows: Iterable[tuple[str, Any]], title: str = "Medians, ms") -> None:
@@ -181,15 +182,15 @@ def print_measurements(console: Console, rows: Iterable[tuple[str, Any]], title:
     for heading in ("Execute", "model_run", "max abs err"):
         table.add_column(heading, justify="right")
     for model, m in rows:
-        fused = "\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in m.fusions.items()) or "-"
+        fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in m.fusions.items()) or "-")
         check = "-" if m.numeric_ok is None else f"{m.max_abs_error:.2g}" + ("" if m.numeric_ok else " [red]✗[/red]")
         cells = [m.engine, m.level, fused, _ms(median(m.execute_ms)), _ms(median(m.model_run_ms)), check]
-        table.add_row(*([model, *cells] if several else cells))
+        table.add_row(*([escape(model), *cells] if several else cells))
     console.print(table)
 
 
 def _count_change(op: str, before: int, after: int) -> str:
-    name = op.rsplit(".", 1)[-1]
+    name = escape(op.rsplit(".", 1)[-1])
     if after < before:
         return f"[red]{name} {before} → {after}[/red]"
     if after > before:
@@ -251,7 +252,7 @@ def submit_command(
         out.print(
             f"run {answer['run_id']}: {answer['jobs']} job(s) for {', '.join(answer['models'])} at commit "
             f"{commit[:12]} — {client.http.base_url}{answer['run_url']}",
-            highlight=False,
+            highlight=False, markup=False,
         )
         if not (wait or fail_on_regression):
             return
@@ -267,7 +268,7 @@ def submit_command(
         for job in run["jobs"]:
             if job["state"] == "failed":
                 err.print(f"[red]error:[/red] job {job['id']} ({job['model']}, {job['engine']}, {job['level']}) "
-                          f"failed: {job['error']}", highlight=False)
+                          f"failed: {escape(str(job['error']))}", highlight=False)
     if fail_on_regression and run["verdict"] == "regression":
         raise typer.Exit(EXIT_REGRESSION)
     if run["verdict"] == "failed":
@@ -285,5 +286,5 @@ def _wait_with_progress(client: Server, run_url: str, timeout_s: float) -> dict[
 
 
 def fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     raise typer.Exit(EXIT_ERROR)

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from optimizer import LEVEL_NAMES, ModelLoadError
@@ -96,7 +97,7 @@ def run_command(
         console = Console()
         print_measurements(console, [(path.name, m) for path, m in measured])
         console.print(f"posted commit {commit[:12]} as run {reply['run_id']}: {server.rstrip('/')}{reply['run_url']}",
-                      highlight=False)
+                      highlight=False, markup=False)
         print_alerts(console, reply["alerts"])
     if fail_on_regression and any(alert["kind"] in FAILING_KINDS for alert in reply["alerts"]):
         raise typer.Exit(1)
@@ -140,7 +141,7 @@ def analyze_command(
     first = measured[0][1]
     inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
     versions = ", ".join(dict.fromkeys(f"{m.engine} {m.engine_version}" for _, m in measured))
-    console.print(f"{model}: {runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}", highlight=False)
+    console.print(f"{model}: {runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}", highlight=False, markup=False)
     print_measurements(console, [(model.name, m) for _, m in measured])
     # Our optimizer's near misses are the same for both engines at a level; list each once with its levels.
     misses: dict[tuple[str, str, str], list[str]] = {}
@@ -154,7 +155,7 @@ def analyze_command(
         return
     table = Table("rule", "anchor", "why it did not fire", "levels", title="Near misses")
     for (rule, anchor, reason), at in misses.items():
-        table.add_row(rule, anchor, reason, ", ".join(at))
+        table.add_row(escape(rule), escape(anchor), escape(reason), ", ".join(at))
     console.print(table)
 
 
@@ -222,7 +223,7 @@ def _print_engine_results(model: Path, results: list, warmup: int) -> None:
     first = results[0]
     inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
     versions = ", ".join(dict.fromkeys(f"{r.engine} {r.engine_version}" for r in results))
-    console.print(f"{model}: {first.runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}")
+    console.print(f"{model}: {first.runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}", markup=False)
     table = Table(title="Medians, ms")
     for heading in ("engine", "level", "fused ops"):
         table.add_column(heading, no_wrap=True)
@@ -230,7 +231,7 @@ def _print_engine_results(model: Path, results: list, warmup: int) -> None:
         table.add_column(heading, justify="right")
     for result in results:
         # One fused op per line, domain dropped: the table stays readable in 80 columns.
-        fused = "\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in result.fusions.items())
+        fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in result.fusions.items()))
         if result.graph_error is not None:
             fused = "(graph unavailable)"
         table.add_row(
@@ -239,7 +240,7 @@ def _print_engine_results(model: Path, results: list, warmup: int) -> None:
     console.print(table)
     for result in results:
         if result.graph_error is not None:
-            err.print(f"[yellow]note:[/yellow] {result.engine} at {result.level}: {result.graph_error}")
+            err.print(f"[yellow]note:[/yellow] {result.engine} at {result.level}: {escape(result.graph_error)}")
 
 
 def _engines(engine: str) -> list[str]:

@@ -187,3 +187,14 @@ def test_analyze_reports_every_level_and_engine_with_the_near_misses(tmp_path):
     assert "max abs err" in table.stdout
     missing = runner.invoke(app, ["analyze", str(tmp_path / "nope.onnx")])
     assert missing.exit_code == 2 and "nope.onnx" in missing.output and "no such model file" in missing.output
+
+
+def test_server_text_is_printed_as_is_not_as_rich_markup():
+    from rich.console import Console
+
+    from service.cli_client import print_alerts
+
+    console = Console(record=True, width=200)
+    message = "Reshape [/model/Reshape] target [1, -1] has [bold]two[/bold] -1s"
+    print_alerts(console, [{"kind": "fusion-regression", "message": message}])
+    assert console.export_text().strip() == f"fusion-regression {message}"
