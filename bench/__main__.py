@@ -4,16 +4,19 @@ Prints, per model:
   - optimizer: load, pass time per level (loading and saving excluded) and save time, next to
     onnxruntime's `session_initialization` at ORT_ENABLE_ALL read from its profile (which also
     excludes model loading); target ours / onnxruntime <= 0.5 at level all.
+  - the CPU model, its vector extensions, and per level the kernel libraries our session chose
+    (runtime/kernel_choice.py), with the timings behind the choice at level all.
   - executor: median ms per level for ours and onnxruntime (ORT_SEQUENTIAL, same thread count,
-    same level; timed in alternating blocks of two runs), the ratio, our peak bytes of live
-    intermediates (session.peak_bytes), and our fusion speedup (disabled / all).
+    same level; timed in alternating blocks of two runs), the ratio against its target, our peak
+    bytes of live intermediates (session.peak_bytes), and our fusion speedup (disabled / all,
+    our two sessions timed in alternating blocks too).
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
     (runtime/profile_table.py).
 Writes bench/results/<model>.json with the machine's CPU and thread count.
 
     python -m bench [--models bert_base gpt2_small resnet50] [--runs 10] [--threads 2] [--skip-runtime]
-                    [--profile 8]
+                    [--profile 8] [--levels disabled all]
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from bench.models import MODELS, model_path
 from optimizer import LEVEL_NAMES, optimize, save_model
 
 RESULTS = Path(__file__).parent / "results"
+# ours / onnxruntime at level all (issue 14), on any x86-64 CPU.
+RATIO_TARGETS = {"bert_base": 1.0, "gpt2_small": 1.0, "resnet50": 1.15}
 ORT_LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -141,11 +146,13 @@ def interleaved_medians(first, second, runs: int, block: int = 2, warmup: int = 
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def bench_executor(path: Path, threads: int, runs: int) -> dict:
+def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> dict:
     import runtime
 
     rows = {}
-    for level in LEVEL_NAMES:
+    choices = None
+    kept = {}  # our sessions at disabled and all, for the fusion speedup
+    for level in levels:
         reference = ort_session(path, level, threads)
         feeds = feeds_for(reference)
         ours = runtime.InferenceSession(
@@ -155,9 +162,30 @@ def bench_executor(path: Path, threads: int, runs: int) -> dict:
         rows[level] = {
             "ours_ms": our_ms, "ort_ms": ort_ms, "ratio": our_ms / ort_ms,
             "ours_peak_mb": ours.peak_bytes / 2**20,
+            "libraries": ours.kernel_choices.libraries(),
         }
+        if level == "all" or choices is None:
+            choices = ours.kernel_choices.as_dict()
+        if level in ("disabled", "all"):
+            kept[level] = partial(ours.run, None, feeds)
         del ours, reference
-    return {"levels": rows, "fusion_speedup": rows["disabled"]["ours_ms"] / rows["all"]["ours_ms"]}
+    speedup = None
+    if len(kept) == 2:
+        # Timed against each other in alternating blocks, as ours and onnxruntime's are: the
+        # per-level medians above come minutes apart, and a shared machine's speed drifts more
+        # than that between them.
+        disabled_ms, all_ms = interleaved_medians(kept["disabled"], kept["all"], runs)
+        speedup = disabled_ms / all_ms
+    return {"levels": rows, "fusion_speedup": speedup, "kernel_choices": choices}
+
+
+def describe_choice(choice: dict) -> str:
+    """"onednn (onednn 8.5, numpy 10.2, mkl-packed 12.5 ms on ...)" from a KernelChoice's dict."""
+    timings = choice["timings_ms"]
+    if not timings:
+        return f"{choice['library']} ({choice['reason']})"
+    ranked = ", ".join(f"{name} {ms:.2f}" for name, ms in sorted(timings.items(), key=lambda item: item[1]))
+    return f"{choice['library']} ({ranked} ms)"
 
 
 def profile_rows(path: Path, threads: int, runs: int, top: int) -> dict:
@@ -200,17 +228,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--skip-runtime", action="store_true", help="optimizer timings only")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also the N costliest op types")
+    parser.add_argument("--levels", nargs="+", default=list(LEVEL_NAMES), choices=list(LEVEL_NAMES),
+                        help="executor levels to time (the fusion speedup needs disabled and all)")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    from runtime.kernels import gemm, onednn
+    from runtime.kernel_choice import cpu_info, gemm_candidates
 
+    cpu = cpu_info()
     machine = {
-        "cpu": cpu_name(), "cores": os.cpu_count(), "threads": args.threads, "onnxruntime": ort.__version__,
-        "gemm": gemm.backend_name(), "conv": "onednn" if onednn.available() else "numpy",
+        "cpu": cpu.model, "vendor": cpu.vendor, "vector_extensions": cpu.extensions, "cores": os.cpu_count(),
+        "threads": args.threads, "onnxruntime": ort.__version__, "gemm_candidates": gemm_candidates(),
     }
     print(
-        f"machine: {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, onnxruntime {ort.__version__};"
-        f" our GEMMs on {machine['gemm']}, convolutions on {machine['conv']}"
+        f"machine: {cpu.model} ({cpu.vendor}), {machine['cores']} cores, {args.threads} threads, "
+        f"onnxruntime {ort.__version__}\n  vector extensions: {' '.join(cpu.extensions)}\n"
+        f"  GEMM libraries loadable: {', '.join(machine['gemm_candidates'])}; each session times them "
+        "on its model's shapes (runtime/kernel_choice.py)"
     )
     for name in args.models:
         path = model_path(name)
@@ -225,15 +258,24 @@ def main() -> None:
             f" ours/ort at all = {opt['ratio_all']:.2f} (target <= 0.5)"
         )
         if not args.skip_runtime:
-            result["executor"] = bench_executor(path, args.threads, args.runs)
+            executor = result["executor"] = bench_executor(path, args.threads, args.runs, args.levels)
             print(f"{name} — executor median ms ({args.runs} runs)")
-            print(f"  {'level':<9} {'ours':>9} {'ort':>9} {'ratio':>6} {'our peak MB':>12}")
-            for level, row in result["executor"]["levels"].items():
+            print(f"  {'level':<9} {'ours':>9} {'ort':>9} {'ratio':>6} {'our peak MB':>12}  libraries (gemm, conv)")
+            for level, row in executor["levels"].items():
                 print(
                     f"  {level:<9} {row['ours_ms']:9.2f} {row['ort_ms']:9.2f} {row['ratio']:6.2f}"
-                    f" {row['ours_peak_mb']:12.1f}"
+                    f" {row['ours_peak_mb']:12.1f}  {row['libraries'].get('gemm')}, {row['libraries'].get('conv')}"
                 )
-            print(f"  fusion speedup (disabled / all): {result['executor']['fusion_speedup']:.2f}")
+            target = RATIO_TARGETS.get(name)
+            if target is not None and "all" in executor["levels"]:
+                ratio = executor["levels"]["all"]["ratio"]
+                print(f"  ratio at all {ratio:.2f}: {'meets' if ratio <= target else 'MISSES'} the target <= {target}")
+            if executor["fusion_speedup"] is not None:
+                print(f"  fusion speedup (ours disabled / ours all, timed alternately): {executor['fusion_speedup']:.2f}"
+                      + (" (target >= 1.3)" if name == "bert_base" else ""))
+            choices = executor["kernel_choices"]
+            print(f"  chosen at {'all' if 'all' in executor['levels'] else args.levels[-1]} on {cpu.model}: "
+                  f"GEMMs on {describe_choice(choices['gemm'])}; convolutions on {describe_choice(choices['conv'])}")
             if args.profile:
                 result["profile"] = profile_rows(path, args.threads, args.runs, args.profile)
                 print_profile(name, result["profile"])

@@ -172,6 +172,8 @@ def _apply(
                 if node.graph is not graph:  # removed by an earlier rewrite in this sweep
                     continue
                 result = rule.match(graph, node)
+                if result is None:  # every anchor that did not fire is reported (rule.py)
+                    result = Fail("anchor", f"{describe(node)} is not where {rule.name}'s pattern starts", node)
                 if isinstance(result, Match):
                     result = _check_boundaries(result)
                 if isinstance(result, Fail):

@@ -255,3 +255,25 @@ def producer_and_other(node: ir.Node, op_type: str) -> tuple[ir.Node | None, ir.
         if is_op(source, op_type):
             return source, input_at(node, 1 - index)
     return None, None
+
+
+def is_noop_cast(node: ir.Node | None) -> bool:
+    """A Cast to the type its input already has (mixed-precision exports leave them around)."""
+    if not is_op(node, "Cast"):
+        return False
+    source = input_at(node, 0)
+    return source is not None and source.dtype is not None and int(source.dtype) == attr(node, "to")
+
+
+def through_noop_casts(value: ir.Value | None) -> tuple[ir.Value | None, list[ir.Node]]:
+    """`value` with no-op Casts in front of it peeled off, and those Casts (nearest first)."""
+    casts = []
+    while is_noop_cast(producer(value)):
+        casts.append(value.producer())
+        value = value.producer().inputs[0]
+    return value, casts
+
+
+def same_value(a: ir.Value | None, b: ir.Value | None) -> bool:
+    """Whether `a` and `b` are one value, up to no-op Casts on either side."""
+    return a is not None and through_noop_casts(a)[0] is through_noop_casts(b)[0]

@@ -37,6 +37,8 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
     With `refine`, values that have a shape also take every dimension inference now knows as a
     number where theirs is symbolic or unknown (inference on the current graph proves it).
     """
+    _forget_negative_dims(model)
+    _import_used_domains(model)
     infer = partial(
         onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=_data_prop_is_bounded(model)
     )
@@ -57,6 +59,34 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
         elif refine:
             _refine(value, ir.serde.deserialize_type_proto_for_shape(info.type))
+
+
+def _import_used_domains(model: ir.Model) -> None:
+    """Import, at version 1, every domain a node uses that the model forgot to import.
+
+    onnxruntime runs such models (its own fusion test models use com.microsoft ops without the
+    import) while onnx's inference rejects the whole graph over the one node, and every rule then
+    meets a model without shapes. The import is what the node's domain needs anyway.
+    """
+    imports = model.graph.opset_imports
+    for node in model.graph:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain not in imports and not (domain == "" and "ai.onnx" in imports):
+            imports[domain] = 1
+
+
+def _forget_negative_dims(model: ir.Model) -> None:
+    """Make a negative dimension unknown, as it means: ONNX allows none, older exporters wrote -1.
+
+    Read as a number, -1 let ConstantFolding turn Shape(x) into [-1, -1] and the arithmetic after it
+    into nonsense (a Range(0, -1) that is empty, a broadcast to a negative size) — a wrong constant
+    where the model only said "not known" (ONNX Runtime's embed_layer_norm_format8.onnx).
+    """
+    values = [*model.graph.inputs, *model.graph.outputs, *(v for node in model.graph for v in node.outputs)]
+    for value in values:
+        shape = value.shape
+        if shape is not None and any(isinstance(d, int) and d < 0 for d in shape):
+            value.shape = ir.Shape([None if isinstance(d, int) and d < 0 else d for d in shape])
 
 
 # Ops whose output size comes from the values of an input (their "size" input) rather than its size.

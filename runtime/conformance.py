@@ -41,6 +41,9 @@ from runtime.options import SessionOptions
 from runtime.session import InferenceSession
 
 TARGET_PASS_RATE = 0.95
+# Counted over every case onnx ships, claimed or not (issue 14: 1,500 of onnx 1.23's 1,884), so
+# that ops we never claim count against us too.
+TARGET_PASSED_OF_ALL = 1500
 
 # Claimed cases that fail for a reason other than a bug, each with its evidence. They still
 # count as failures in the pass rate; tests/runtime/test_conformance.py expects them to fail.
@@ -126,6 +129,7 @@ class Report:
             "failed": self.claimed - self.passed,
             "pass_rate": round(self.pass_rate, 4),
             "target_pass_rate": TARGET_PASS_RATE,
+            "target_passed_of_all": TARGET_PASSED_OF_ALL,
             "families": self.families,
             "ops": [dataclasses.asdict(summary) for summary in self.ops if summary.claimed],
             "unclaimed_ops": [
@@ -432,6 +436,11 @@ def format_report(report: Report) -> str:
         f"claimed {report.claimed} of {len(report.results)} cases; passed {report.passed}, "
         f"failed {report.claimed - report.passed}; pass rate {report.pass_rate:.1%} "
         f"({verdict} the {TARGET_PASS_RATE:.0%} target)"
+    )
+    whole = "meets" if report.passed >= TARGET_PASSED_OF_ALL else "BELOW"
+    lines.append(
+        f"passed {report.passed} of all {len(report.results)} cases onnx {onnx.__version__} ships "
+        f"({whole} the goal of {TARGET_PASSED_OF_ALL})"
     )
     unclaimed = report.unclaimed_ops
     lines.append("")

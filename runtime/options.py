@@ -50,6 +50,9 @@ class SessionOptions:
     # session.model_external_initializers_file_folder_path). A path's own directory is used for
     # a path; without either, external data is refused (optimizer/model_io.py says why).
     external_data_dir: str | os.PathLike | None = None
+    # A kernel family's library fixed instead of measured, e.g. {"gemm": "numpy"} (families and
+    # candidates: runtime/kernels/libraries.py; runtime/kernel_choice.py measures the rest).
+    kernel_libraries: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -61,6 +64,8 @@ class SessionOptions:
             raise ValueError("disabled_optimizers takes a list of rule names, not one string")
         if not isinstance(self.enable_cpu_mem_arena, bool):
             raise ValueError(f"enable_cpu_mem_arena must be True or False, got {self.enable_cpu_mem_arena!r}")
+        if not isinstance(self.kernel_libraries, dict):
+            raise ValueError(f"kernel_libraries takes a dict such as {{'gemm': 'numpy'}}, got {self.kernel_libraries!r}")
         if not isinstance(self.intra_op_num_threads, int) or self.intra_op_num_threads < 0:
             raise ValueError(f"intra_op_num_threads must be an int >= 0, got {self.intra_op_num_threads!r}")
 

@@ -5,7 +5,8 @@
     [logits] = session.run(None, {"input_ids": ids})
     session.optimize_result.report.fusions   # what our optimizer fused
     session.peak_bytes                       # largest live intermediates seen in a run
-    session.gemm_backend                     # "mkl-packed" or "numpy": constant-weight products
+    session.kernel_choices                   # each kernel family's library, measured here, and why
+    session.gemm_backend                     # "mkl-packed", "onednn" or "numpy": constant-weight products
 
 On a GPU, as with onnxruntime (CuPy; runtime/providers.py says how the list is read):
 
@@ -36,8 +37,10 @@ from optimizer import OptimizeResult, load_model, optimize
 from runtime.backends import Backend, numpy_backend
 from runtime.errors import GraphPlanError, InvalidFeedError, InvalidOutputNameError
 from runtime.executor import GraphExecutor
-from runtime.kernels import gemm
+from runtime.kernel_choice import KernelChoices
+from runtime.kernel_choice import choose as choose_kernels
 from runtime.kernels.base import Kernel
+from runtime.kernels.libraries import using as using_libraries
 from runtime.memory import keep_freed_memory
 from runtime.options import SessionOptions
 from runtime.plan import Plan
@@ -121,8 +124,6 @@ class InferenceSession:
         if backend is None:
             backend = numpy_backend if providers is None else backend_for(providers)
         self.backend = backend
-        # What products against constant weights run on: "mkl-packed", "numpy", or a GPU backend's name.
-        self.gemm_backend = gemm.backend_name() if backend.xp is np else backend.name
         self._provider = provider_name(backend.name)
         self._profiler = (
             Profiler(options.profile_file_prefix, self._provider) if options.enable_profiling else None
@@ -142,9 +143,22 @@ class InferenceSession:
             output=options.optimized_model_filepath,
         )
         self.model = model
-        self._executor = GraphExecutor(
-            model.graph, opsets=dict(model.opset_imports), backend=backend, extra_kernels=extra_kernels
+        chosen = time.perf_counter_ns()
+        # Kernels prepare their weights for the chosen libraries as they are built, so this comes first.
+        self.kernel_choices: KernelChoices = choose_kernels(
+            model,
+            options.intra_op_num_threads,
+            options.kernel_libraries,
+            backend_name="cpu" if backend.xp is np else backend.name,
         )
+        self._libraries = self.kernel_choices.libraries()
+        # What products against constant weights run on: "mkl-packed", "onednn", "numpy", or a GPU backend's name.
+        self.gemm_backend = self.kernel_choices.gemm.library
+        chose = time.perf_counter_ns()
+        with using_libraries(self._libraries):
+            self._executor = GraphExecutor(
+                model.graph, opsets=dict(model.opset_imports), backend=backend, extra_kernels=extra_kernels
+            )
         plan = self._executor.plan
         if plan.outer_slots:
             raise GraphPlanError(
@@ -178,7 +192,10 @@ class InferenceSession:
         self._fetch_cache: dict[tuple[str, ...], list[int]] = {}
         if self._profiler is not None:
             self._profiler.record("Session", loading_event, started, loaded)
-            self._profiler.record("Session", "session_initialization", loaded, time.perf_counter_ns())
+            # onnxruntime leaves these args empty; ours say which library each kernel family
+            # runs on and why, and how long measuring took (within session_initialization).
+            choice_args = {"kernel_choices": self.kernel_choices.as_dict(), "kernel_choice_us": (chose - chosen) // 1000}
+            self._profiler.record("Session", "session_initialization", loaded, time.perf_counter_ns(), choice_args)
 
     # --- onnxruntime's API ----------------------------------------------------------------
 
@@ -198,19 +215,20 @@ class InferenceSession:
         fetch = self._fetch_slots(output_names)
         values = self._executor.new_frame()
         shapes = self._place_feeds(input_feed, values)
-        if profiler is None:
-            self._executor.run_frame(values, shapes)
-        else:
-            token = ACTIVE_PROFILER.set(profiler)
-            try:
-                execute_started = time.perf_counter_ns()
+        with using_libraries(self._libraries):
+            if profiler is None:
                 self._executor.run_frame(values, shapes)
-                self.backend.synchronize()
-                profiler.record(
-                    "Session", "SequentialExecutor::Execute", execute_started, time.perf_counter_ns()
-                )
-            finally:
-                ACTIVE_PROFILER.reset(token)
+            else:
+                token = ACTIVE_PROFILER.set(profiler)
+                try:
+                    execute_started = time.perf_counter_ns()
+                    self._executor.run_frame(values, shapes)
+                    self.backend.synchronize()
+                    profiler.record(
+                        "Session", "SequentialExecutor::Execute", execute_started, time.perf_counter_ns()
+                    )
+                finally:
+                    ACTIVE_PROFILER.reset(token)
         intermediate = self._executor.plan.intermediate_slots
         outputs = [self._to_host(values[slot], copy=slot not in intermediate) for slot in fetch]
         if profiler is not None:

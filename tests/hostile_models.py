@@ -20,6 +20,7 @@ SECRET_VALUES = np.frombuffer(SECRET, dtype=np.int64)
 
 
 def plant_secret(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     path = root / "secret.txt"
     path.write_bytes(SECRET)
     return path

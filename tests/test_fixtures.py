@@ -23,7 +23,7 @@ from tests.oracle import MODELS, fixture_feeds, run_onnxruntime
 REPO = Path(__file__).parent.parent
 MAX_BYTES = 1_000_000
 HIDDEN = 64
-FIXTURE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "pixel_values"}
+FIXTURE_INPUTS = {"input_ids", "attention_mask", "token_type_ids", "position_ids", "pixel_values"}
 
 # Per fixture: opset, and exact counts of the ops the optimizer's fusion tests key on.
 # 0 means "must be absent" (e.g. opset-14 files cannot contain LayerNormalization).
@@ -73,6 +73,48 @@ EXPECTED: dict[str, tuple[int, dict[str, int]]] = {
     "gpt2_dynamo_opset20.onnx": (20, {
         "Gemm": 8, "MatMul": 4, "Softmax": 2, "Split": 2, "Tanh": 2, "Pow": 2,
         "LayerNormalization": 5, "IsNaN": 2, "ReduceMean": 0, "Erf": 0, "Gelu": 0, "Attention": 0,
+    }),
+    # Exported as users export them (USER config: intermediate 128). Without token_type_ids the
+    # token-type embedding is a Gather from a constant buffer expanded to the batch (GatherElements).
+    "bert_notype_torchscript_opset14.onnx": (14, {
+        "MatMul": 16, "Softmax": 2, "Erf": 2, "ReduceMean": 10, "Pow": 5, "Sqrt": 5,
+        "GatherElements": 1, "IsNaN": 2, "Gemm": 1, "LayerNormalization": 0, "Gelu": 0,
+    }),
+    # RoBERTa numbers positions from the input ids (padding id 1): Not(Equal) -> CumSum.
+    "roberta_notype_torchscript_opset14.onnx": (14, {
+        "MatMul": 16, "Softmax": 2, "Erf": 2, "ReduceMean": 10, "CumSum": 1, "GatherElements": 1,
+        "IsNaN": 2, "LayerNormalization": 0, "Gelu": 0,
+    }),
+    # use_cache=True: each layer's key and value are concatenated onto the (empty) cache and are
+    # also graph outputs (present_*), 4 Concat more than gpt2_torchscript_opset14.
+    "gpt2_cache_torchscript_opset14.onnx": (14, {
+        "Gemm": 8, "MatMul": 4, "Softmax": 2, "Split": 2, "Tanh": 2, "Pow": 7, "Concat": 35,
+        "ReduceMean": 10, "Sqrt": 5, "IsNaN": 2, "LayerNormalization": 0, "Erf": 0, "Gelu": 0,
+    }),
+    # Llama-style: RMSNorm (Pow, ReduceMean, Add, Sqrt, Div at 14; Reciprocal at 20), rotary
+    # embedding (one shared Cos/Sin, Neg per rotate_half), 4 query / 2 key-value heads, SiLU
+    # (x * Sigmoid(x)) gating; q/k/v/o and gate/up/down are bias-free MatMuls.
+    "llama_torchscript_opset14.onnx": (14, {
+        "MatMul": 18, "Softmax": 2, "ReduceMean": 5, "Pow": 5, "Sqrt": 5, "Cos": 1, "Sin": 1,
+        "Neg": 4, "Sigmoid": 2, "IsNaN": 2, "RMSNormalization": 0, "RotaryEmbedding": 0,
+    }),
+    "llama_dynamo_opset20.onnx": (20, {
+        "MatMul": 18, "Softmax": 2, "ReduceMean": 5, "Pow": 5, "Reciprocal": 5, "Cos": 1, "Sin": 1,
+        "Neg": 4, "Sigmoid": 2, "IsNaN": 2, "RMSNormalization": 0, "RotaryEmbedding": 0,
+    }),
+    # opset 23: the dynamo exporter emits the standard Attention, RMSNormalization and
+    # RotaryEmbedding ops itself (Q/K/V projections and the MLP stay MatMuls).
+    "llama_dynamo_opset23.onnx": (23, {
+        "MatMul": 14, "RMSNormalization": 5, "RotaryEmbedding": 4, "Attention": 2, "Sigmoid": 2,
+        "Softmax": 0, "ReduceMean": 0, "Neg": 0,
+    }),
+    "bert_dynamo_opset23.onnx": (23, {
+        "MatMul": 12, "Attention": 2, "LayerNormalization": 5, "Gelu": 2, "Gemm": 1, "Tanh": 1,
+        "Softmax": 0, "Erf": 0, "ReduceMean": 0,
+    }),
+    "gpt2_dynamo_opset23.onnx": (23, {
+        "Gemm": 8, "Attention": 2, "LayerNormalization": 5, "Split": 2, "Tanh": 2, "Pow": 2,
+        "Softmax": 0, "MatMul": 0, "ReduceMean": 0, "Gelu": 0,
     }),
     # BatchNorm is already folded into Conv by the TorchScript exporter (eval mode).
     "resnet_tiny_opset17.onnx": (17, {
@@ -171,7 +213,7 @@ def test_fixture_runs_in_onnxruntime(name, batch, seq):
         assert out.dtype == np.float32, output
         assert out.shape[0] == batch, output
         assert np.isfinite(out).all(), f"{name}:{output} has non-finite values"
-    if name.startswith(("bert", "gpt2")):
+    if name.startswith(("bert", "gpt2", "roberta", "llama")):
         assert outs["last_hidden_state"].shape == (batch, seq, HIDDEN)
     else:
         assert outs["last_hidden_state"].shape == (batch, 32, 4, 4)
@@ -197,7 +239,7 @@ def test_inventory_is_current():
     assert (MODELS / "INVENTORY.txt").read_text() == expected, "run `make fixtures` (or tools/inventory.py)"
 
 
-@pytest.mark.parametrize("name", [n for n in FIXTURES if n.startswith(("bert", "gpt2"))])
+@pytest.mark.parametrize("name", [n for n in FIXTURES if n.startswith(("bert", "gpt2", "roberta", "llama"))])
 def test_attention_mask_is_live(name):
     # transformers skips the mask when it is all ones; an export that traced that shortcut would
     # ignore attention_mask, and mask-handling bugs in attention fusions would go unnoticed.

@@ -24,14 +24,34 @@ MODELS_DIR = REPO / "tests" / "models"
 SEED = 0
 
 # Input names per model family; the optimizer/runtime tests feed inputs by these names.
+# "bert_notype" and "roberta" are exported the way most users call them, without token_type_ids:
+# the token-type embedding then comes from a constant buffer expanded to the batch.
+# "gpt2_cache" keeps the config default use_cache=True, so each layer's key/value go through the
+# cache (a Concat onto the empty cache) and come out as present_* outputs.
 HF_INPUTS = {
     "bert": ["input_ids", "attention_mask", "token_type_ids"],
+    "bert_notype": ["input_ids", "attention_mask"],
+    "roberta": ["input_ids", "attention_mask"],
     "gpt2": ["input_ids", "attention_mask"],
+    "gpt2_cache": ["input_ids", "attention_mask"],
+    # position_ids as onnxruntime's own Llama export takes them; without them the rotary cos/sin
+    # tables are computed for batch 1 and broadcast, which ONNX's RotaryEmbedding-23 does not allow.
+    "llama": ["input_ids", "attention_mask", "position_ids"],
 }
 HF_OUTPUTS = {
     "bert": ["last_hidden_state", "pooler_output"],
+    "bert_notype": ["last_hidden_state", "pooler_output"],
+    "roberta": ["last_hidden_state", "pooler_output"],
     "gpt2": ["last_hidden_state"],
+    "gpt2_cache": ["last_hidden_state"],  # + present_{layer}_{key,value}, named by _hf_output_names
+    "llama": ["last_hidden_state"],
 }
+
+
+def _hf_output_names(kind: str, layers: int) -> list[str]:
+    if kind != "gpt2_cache":
+        return HF_OUTPUTS[kind]
+    return HF_OUTPUTS[kind] + [f"present_{i}_{kv}" for i in range(layers) for kv in ("key", "value")]
 
 
 class _HFWrapper(nn.Module):
@@ -49,21 +69,36 @@ class _HFWrapper(nn.Module):
 
     def forward(self, *tensors: torch.Tensor):
         kwargs = dict(zip(HF_INPUTS[self.kind], tensors, strict=True))
-        if self.kind == "gpt2":
+        if self.kind in ("gpt2", "llama"):
             kwargs["use_cache"] = False  # otherwise present key/values become extra outputs
+        if self.kind == "gpt2_cache":
+            kwargs["use_cache"] = True
         out = self.model(**kwargs, return_dict=True)
-        if self.kind == "bert":
+        if self.kind in ("bert", "bert_notype", "roberta"):
             return out.last_hidden_state, out.pooler_output
+        if self.kind == "gpt2_cache":
+            cache = out.past_key_values
+            present = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            return (out.last_hidden_state, *present)
         return out.last_hidden_state
 
 
 def _build_hf(kind: str, *, layers, hidden, heads, intermediate, vocab, positions,
               attn_implementation):
     # Imported lazily so importing this module (e.g. from the benchmark) stays cheap.
-    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+    from transformers import (
+        BertConfig,
+        BertModel,
+        GPT2Config,
+        GPT2Model,
+        LlamaConfig,
+        LlamaModel,
+        RobertaConfig,
+        RobertaModel,
+    )
 
     torch.manual_seed(SEED)
-    if kind == "bert":
+    if kind in ("bert", "bert_notype"):
         cfg = BertConfig(
             vocab_size=vocab,
             hidden_size=hidden,
@@ -75,7 +110,37 @@ def _build_hf(kind: str, *, layers, hidden, heads, intermediate, vocab, position
             attn_implementation=attn_implementation,
         )
         model = BertModel(cfg)
-    elif kind == "gpt2":
+    elif kind == "roberta":
+        cfg = RobertaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=intermediate,
+            # RoBERTa numbers positions from padding_idx + 1, so the table holds two more rows.
+            max_position_embeddings=positions + 2,
+            hidden_act="gelu",
+            attn_implementation=attn_implementation,
+        )
+        model = RobertaModel(cfg)
+    elif kind == "llama":
+        # Llama-style: RMSNorm, rotary embeddings, grouped-query attention (half as many key/value
+        # heads as query heads) and a SiLU-gated MLP, no biases.
+        cfg = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2),
+            intermediate_size=intermediate,
+            max_position_embeddings=positions,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=None,
+            attn_implementation=attn_implementation,
+        )
+        model = LlamaModel(cfg)
+    elif kind in ("gpt2", "gpt2_cache"):
         cfg = GPT2Config(
             vocab_size=vocab,
             n_embd=hidden,
@@ -130,6 +195,12 @@ def _hf_example_inputs(kind: str, seq: int, vocab: int, batch: int = 1, padded: 
         token_type_ids[:, seq // 2:] = 1
     if kind == "bert":
         return (input_ids, attention_mask, token_type_ids)
+    if kind == "llama":
+        return (input_ids, attention_mask, torch.arange(seq, dtype=torch.int64).expand(batch, seq).clone())
+    if kind == "roberta":
+        # RoBERTa's position ids skip padding tokens (id 1 by default); keep them out of the inputs
+        # so positions are always 2, 3, ... as in the real model's unpadded text.
+        input_ids[input_ids == 1] = 2
     return (input_ids, attention_mask)
 
 
@@ -231,7 +302,7 @@ def export_hf(kind: str, exporter: str, path, *, layers: int, hidden: int, heads
     verify: compare onnxruntime against PyTorch on the example inputs.
     """
     if positions is None:
-        positions = 512 if kind == "bert" else 1024
+        positions = 512 if kind in ("bert", "bert_notype", "roberta") else 1024
     if seq > positions:
         raise ValueError(f"seq={seq} exceeds the position table ({positions})")
     model = _build_hf(kind, layers=layers, hidden=hidden, heads=heads, intermediate=intermediate,
@@ -241,11 +312,14 @@ def export_hf(kind: str, exporter: str, path, *, layers: int, hidden: int, heads
     if dynamic:
         axes = {n: {0: "batch", 1: "seq"} for n in HF_INPUTS[kind]}
         axes["last_hidden_state"] = {0: "batch", 1: "seq"}
-        if kind == "bert":
+        if kind in ("bert", "bert_notype", "roberta"):
             axes["pooler_output"] = {0: "batch"}
+        for name in _hf_output_names(kind, layers)[1:]:
+            if name.startswith("present_"):
+                axes[name] = {0: "batch", 2: "seq"}
     path = Path(path)
     _export(model, args, path, exporter=exporter, opset=opset, input_names=HF_INPUTS[kind],
-            output_names=HF_OUTPUTS[kind], dynamic_axes=axes)
+            output_names=_hf_output_names(kind, layers), dynamic_axes=axes)
     if verify:
         # A second, padded input set; with dynamic axes it also uses another batch size.
         other = _hf_example_inputs(kind, seq, vocab, batch + 1 if dynamic else batch, padded=True)
@@ -338,6 +412,7 @@ def pin_input_shapes(source, path, sizes: dict[str, int]) -> Path:
 
 
 TINY = dict(layers=2, hidden=64, heads=4, intermediate=256, seq=16, vocab=1000, positions=64)
+USER = {**TINY, "intermediate": 128}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -359,6 +434,23 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for name, kind, exporter, opset, attn, dynamic in jobs:
         export_hf(kind, exporter, out / name, attn_implementation=attn, opset=opset, dynamic=dynamic, **TINY)
+        print(f"wrote {out / name} ({os.path.getsize(out / name)} bytes)")
+    # Exported as users export these models, not as the fixtures above were shaped for the
+    # optimizer: BERT/RoBERTa without token_type_ids, GPT-2 with its key/value cache, a Llama-style
+    # model, and opset 23, where the dynamo exporter emits Attention, RMSNormalization and
+    # RotaryEmbedding itself. A narrower MLP keeps each file near 600 KB.
+    user_jobs = [
+        ("bert_notype_torchscript_opset14.onnx", "bert_notype", "torchscript", 14),
+        ("roberta_notype_torchscript_opset14.onnx", "roberta", "torchscript", 14),
+        ("gpt2_cache_torchscript_opset14.onnx", "gpt2_cache", "torchscript", 14),
+        ("llama_torchscript_opset14.onnx", "llama", "torchscript", 14),
+        ("llama_dynamo_opset20.onnx", "llama", "dynamo", 20),
+        ("llama_dynamo_opset23.onnx", "llama", "dynamo", 23),
+        ("bert_dynamo_opset23.onnx", "bert", "dynamo", 23),
+        ("gpt2_dynamo_opset23.onnx", "gpt2", "dynamo", 23),
+    ]
+    for name, kind, exporter, opset in user_jobs:
+        export_hf(kind, exporter, out / name, opset=opset, **USER)
         print(f"wrote {out / name} ({os.path.getsize(out / name)} bytes)")
     # The dynamic dynamo export pinned to batch 1 afterwards: unlike a static export, its shape
     # arithmetic stays in the graph, so shape inference alone names the batch `unk__N`.

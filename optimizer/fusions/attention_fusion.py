@@ -69,7 +69,8 @@ class AttentionFusion(Rule):
 
     def match(self, graph: ir.Graph, softmax: ir.Node):
         if rank(softmax.inputs[0]) not in (None, 4):
-            return None  # not a [B, N, S, T] score tensor: some other softmax
+            return fail("softmax", f"{describe(softmax)} normalizes a rank-{rank(softmax.inputs[0])} tensor, not "
+                        "[batch, heads, query, key] attention scores", softmax)
         if attr(softmax, "axis", -1) not in (-1, 3):
             return fail("softmax", f"{describe(softmax)} normalizes axis {attr(softmax, 'axis')}, not the key axis")
         core: list[ir.Node] = [softmax]
@@ -147,9 +148,12 @@ class AttentionFusion(Rule):
         out_nodes, out_value, flat_output = out
 
         # --- mask: an additive bias the fused op can broadcast ------------------------------
+        padding = None
         if mask is not None:
             problem = _check_mask(mask, num_heads)
-            if problem is not None:
+            if problem is not None and _is_key_padding(mask):
+                padding = _raw_padding_mask(mask) or ("expand", None, None)
+            elif problem is not None:
                 reason, node = problem
                 return fail("mask", reason, node)
 
@@ -160,7 +164,8 @@ class AttentionFusion(Rule):
             nodes=_in_graph_order(graph, nodes),
             outputs=[out_value],
             captures={
-                "graph": graph, "anchor": softmax.name or "Softmax", "x": q.x, "mask": mask, "num_heads": num_heads, "scale": scale,
+                "graph": graph, "anchor": softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
+                "num_heads": num_heads, "scale": scale,
                 "flat_output": flat_output, "hidden": num_heads * head_size,
                 "parts": [(q, q_cols), (k, k_cols), (v, v_cols)],
             },
@@ -170,6 +175,15 @@ class AttentionFusion(Rule):
         weight, bias = _packed_weights(op, match)
         attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
         inputs = [match.x, weight, bias, None, None, match.mask] if match.mask is not None else [match.x, weight, bias]
+        if match.padding is not None:
+            kind, raw, filter_value = match.padding
+            if kind == "index":  # the [batch, key] 0/1 mask itself, as onnxruntime's fusion passes it
+                if raw.dtype != ir.DataType.INT32:
+                    raw = op.op("Cast", [raw], {"to": ir.DataType.INT32}, name=f"{self.name}/{match.anchor}/mask_index")
+                inputs = [match.x, weight, bias, raw]
+                attributes["mask_filter_value"] = float(filter_value)
+            else:  # repeat the one mask row for every query: [B|1, 1, 1, T] -> [B|1, 1, S, T]
+                inputs[5] = _expand_over_queries(op, match)
         output = op.op("Attention", inputs, attributes, domain=MS, name=f"{self.name}/{match.anchor}")
         if match.flat_output:  # the block's consumer took [B*S, hidden] (dynamo GPT-2's Gemm)
             shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
@@ -363,6 +377,58 @@ def _check_mask(mask: ir.Value, num_heads: int) -> tuple[str, ir.Node | None] | 
     if query_dim == 1:
         return (f"mask '{mask.name}' is [batch, 1, 1, key]; the fused op needs one row per query", producer(mask))
     return None
+
+
+def _is_key_padding(mask: ir.Value) -> bool:
+    """A [B|1, 1, 1, T] mask: one row of key biases shared by every query (BERT's padding mask)."""
+    shape = mask.shape
+    return shape is not None and len(shape) == 4 and shape[1] == 1 and shape[2] == 1
+
+
+def _raw_padding_mask(mask: ir.Value):
+    """("index", m, c) when `mask` is (1 - m[:, None, None, :]) * c for a [B, T] input m.
+
+    onnxruntime's Attention takes such an m as its 2-D mask_index and adds mask_filter_value c
+    where m is 0, nothing where it is 1: the same as the subgraph for the 0/1 masks
+    attention_mask holds by contract (a 2 would differ: the subgraph adds -c). None otherwise.
+    """
+    mul = producer(mask)
+    if not is_op(mul, "Mul"):
+        return None
+    for side in (0, 1):
+        sub, filter_value = producer(input_at(mul, side)), const_scalar(input_at(mul, 1 - side))
+        if filter_value is None or not is_op(sub, "Sub") or const_scalar(sub.inputs[0]) != 1.0:
+            continue
+        value = sub.inputs[1]
+        if is_op(producer(value), "Cast"):
+            value = producer(value).inputs[0]
+        axes: list[int] = []
+        while is_op(producer(value), "Unsqueeze") and len(axes) < 2:
+            node = producer(value)
+            found = attr(node, "axes")
+            if found is None:
+                found = const_array(input_at(node, 1))
+            if found is None:
+                return None
+            axes = [int(a) for a in np.asarray(found).reshape(-1)] + axes
+            value = node.inputs[0]
+        if sorted(axes) != [1, 2] or rank(value) != 2:
+            return None
+        if value.dtype not in (ir.DataType.INT32, ir.DataType.INT64, ir.DataType.FLOAT, ir.DataType.BOOL):
+            return None
+        return "index", value, filter_value
+    return None
+
+
+def _expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
+    """Expand(mask, [1, 1, S, 1]) with S read from the block input at run time."""
+    graph, name = match.graph, f"{AttentionFusion.name}/{match.anchor}"
+    one_one = _unique_initializer(op, graph, np.array([1, 1], np.int64), "attention_ones2")
+    one = _unique_initializer(op, graph, np.array([1], np.int64), "attention_ones1")
+    shape = op.op("Shape", [match.x], name=f"{name}/x_shape")
+    seq = op.op("Gather", [shape, one], {"axis": 0}, name=f"{name}/seq")
+    target = op.op("Concat", [one_one, seq, one], {"axis": 0}, name=f"{name}/mask_shape")
+    return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")
 
 
 def _custom_ancestor(value: ir.Value, limit: int = 64) -> ir.Node | None:

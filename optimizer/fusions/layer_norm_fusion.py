@@ -33,6 +33,7 @@ from optimizer.match import (
     consumers,
     describe,
     input_at,
+    is_const_close,
     is_op,
     other_input,
     producer,
@@ -57,7 +58,11 @@ class LayerNormFusion(Rule):
         subs = consumers(mean)
         # The mean of a LayerNorm feeds only Subs; any other ReduceMean is not a candidate.
         if not subs or not all(is_op(s, "Sub") for s in subs):
-            return None
+            centering = _centering_mean(x)
+            if centering is not None:  # the second ReduceMean of a LayerNorm: its answer is at the first
+                return fail("variance", f"{describe(mean_node)} is the variance of the LayerNorm centered by "
+                            f"{describe(centering)}; that ReduceMean's near miss says why it did not fuse")
+            return fail("mean", f"{describe(mean_node)} feeds {_readers(mean)}, not the Sub that centers a LayerNorm's input")
         if len(subs) > 2:
             return fail("sub", f"the mean feeds {len(subs)} Subs; a LayerNorm has one (or two in older exports)")
         for sub in subs:
@@ -205,9 +210,23 @@ def variance_chain(square_node: ir.Node, fused_op: str):
 
 
 def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
-    """Div(d, std) or Mul(d, Reciprocal(std)) with d one of `centered`: (normalized value, nodes)."""
+    """Div(d, std) or Mul(d, 1 / std) with d one of `centered`: (normalized value, nodes).
+
+    1 / std is Reciprocal(std) or, as TorchScript exports torch.rsqrt, Div(1, std)."""
     std = sqrt_node.outputs[0]
     user = reader(std, "Div", "Reciprocal")
+    inverts = is_op(user, "Reciprocal") or (
+        is_op(user, "Div") and user.inputs[1] is std and is_const_close(user.inputs[0], 1.0, rtol=0.0)
+    )
+    if inverts:
+        mul = reader(user.outputs[0], "Mul")
+        if mul is None or other_input(mul, user.outputs[0]) not in centered:
+            return fail(
+                "divide",
+                f"1 / the standard deviation ({describe(user)}) feeds {_readers(user.outputs[0])}, "
+                f"not Mul with '{value_name(centered[0])}'",
+            )
+        return mul.outputs[0], [user, mul]
     if is_op(user, "Div"):
         if user.inputs[1] is not std or user.inputs[0] not in centered:
             return fail(
@@ -217,15 +236,6 @@ def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
                 user,
             )
         return user.outputs[0], [user]
-    if is_op(user, "Reciprocal"):
-        mul = reader(user.outputs[0], "Mul")
-        if mul is None or other_input(mul, user.outputs[0]) not in centered:
-            return fail(
-                "divide",
-                f"Reciprocal of the standard deviation feeds {_readers(user.outputs[0])}, "
-                f"not Mul with '{value_name(centered[0])}'",
-            )
-        return mul.outputs[0], [user, mul]
     return fail("divide", f"the standard deviation {describe(sqrt_node)} feeds {_readers(std)}, not Div or Reciprocal")
 
 
@@ -288,25 +298,54 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool):
     failure = _check_weight("beta", beta, add, x)
     if failure:
         return failure
-    if static_shape(gamma) != static_shape(beta):
-        return fail("beta", f"gamma '{value_name(gamma)}' has shape {list(static_shape(gamma))} but beta "
-                    f"'{value_name(beta)}' has {list(static_shape(beta))}")
+    if list(gamma.shape or ()) != list(beta.shape or ()) and static_shape(gamma) != static_shape(beta):
+        return fail("beta", f"gamma '{value_name(gamma)}' has shape {list(gamma.shape or ())} but beta "
+                    f"'{value_name(beta)}' has {list(beta.shape or ())}")
     return gamma, beta, nodes
 
 
 def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value) -> Fail | None:
     shape = static_shape(weight)
-    if shape is None or len(shape) != 1:
-        shown = "unknown" if weight is None or weight.shape is None else f"rank-{len(weight.shape)}"
-        return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has {shown} shape, not one known dimension")
     hidden = x.shape[-1] if x.shape is not None and len(x.shape) else None
-    if isinstance(hidden, int) and shape[0] != hidden:
+    if shape is None and _same_symbolic_length(weight, hidden):
+        # [d] against x's last axis [.., d]: the same symbol, so the same length whatever d is.
+        shape = (hidden,)
+    elif shape is None or len(shape) != 1:
+        shown = "unknown" if weight is None or weight.shape is None else f"rank-{len(weight.shape)}"
+        if shown == "rank-1":
+            return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has length "
+                        f"'{weight.shape[0]}', which is not known to equal the last dimension "
+                        f"'{hidden}' of '{value_name(x)}'")
+        return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has {shown} shape, not one known dimension")
+    if isinstance(hidden, int) and isinstance(shape[0], int) and shape[0] != hidden:
         return fail(role, f"{role} '{value_name(weight)}' has {shape[0]} elements but '{value_name(x)}' "
                     f"has last dimension {hidden}")
     if x.dtype is not None and weight.dtype is not None and weight.dtype != x.dtype:
         return fail(role, f"{role} '{value_name(weight)}' is {_dtype_name(weight.dtype)} but "
                     f"'{value_name(x)}' is {_dtype_name(x.dtype)}")
     return None
+
+
+def _same_symbolic_length(weight: ir.Value | None, hidden) -> bool:
+    """Whether `weight` is 1-D with a symbolic length that is the symbol `hidden` names."""
+    if weight is None or weight.shape is None or len(weight.shape) != 1 or hidden is None:
+        return False
+    length = weight.shape[0]
+    return isinstance(length, ir.SymbolicDim) and length.value is not None and length == hidden
+
+
+def _centering_mean(squared: ir.Value) -> ir.Node | None:
+    """The ReduceMean m when `squared` is Pow(Sub(a, m), 2) or Mul(d, d) of such a Sub (through a Cast)."""
+    square = producer(squared)
+    if is_op(square, "Cast"):
+        square = producer(square.inputs[0])
+    if not (is_op(square, "Pow") or (is_op(square, "Mul") and square.inputs[0] is square.inputs[1])):
+        return None
+    sub = producer(square.inputs[0])
+    if is_op(sub, "Cast"):
+        sub = producer(sub.inputs[0])
+    mean = producer(sub.inputs[1]) if is_op(sub, "Sub") else None
+    return mean if is_op(mean, "ReduceMean") else None
 
 
 def reader(value: ir.Value, *op_types: str) -> ir.Node | None:

@@ -179,6 +179,42 @@ class HardSwish(Formula):
         return y
 
 
+class Swish(Formula):
+    """x * sigmoid(alpha * x) (opset 24); SiLU at the default alpha 1."""
+
+    op_type, since_version = "Swish", 24
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.alpha = float(self.attr("alpha", 1.0))
+
+    def formula(self, x):
+        gate = sigmoid(self.xp, x * x.dtype.type(self.alpha) if self.alpha != 1.0 else x)
+        gate *= x
+        return gate
+
+
+class SwiGLU(Kernel):
+    """Swish(a, alpha) * b (opset 28), the gated MLP of Llama-style models; a and b have one shape."""
+
+    op_type, since_version = "SwiGLU", 28
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.alpha = float(self.attr("alpha", 1.0))
+
+    def run(self, a, b):
+        if a.shape != b.shape:
+            raise ValueError(f"SwiGLU '{self.node.name}': A {list(a.shape)} and B {list(b.shape)} differ")
+        dtype = a.dtype
+        if dtype in _NARROW_FLOATS:
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        gate = sigmoid(self.xp, a * a.dtype.type(self.alpha) if self.alpha != 1.0 else a)
+        gate *= a
+        gate *= b
+        return (gate.astype(dtype, copy=False),)
+
+
 class Tanh(Kernel):
     op_type, since_version = "Tanh", 1
 
@@ -340,6 +376,6 @@ class Hardmax_13(_AlongAxis):
 
 KERNELS = [
     Relu, LeakyRelu, PRelu, ThresholdedRelu, Elu, Selu, Celu, Shrink,
-    Sigmoid, HardSigmoid, HardSwish, Tanh, Softplus, Softsign, Mish, Gelu,
+    Sigmoid, HardSigmoid, HardSwish, Swish, SwiGLU, Tanh, Softplus, Softsign, Mish, Gelu,
     Softmax_1, Softmax_13, LogSoftmax_1, LogSoftmax_13, Hardmax_1, Hardmax_13,
 ]  # fmt: skip

@@ -120,7 +120,7 @@ def _reads_heads(xp, *projections) -> bool:
     the last axis contiguous and every stride and size within MKL's 32-bit integers."""
     return (
         xp is np
-        and gemm.available()
+        and gemm.mkl_products()
         and all(
             isinstance(x, np.ndarray)
             and x.dtype == np.float32

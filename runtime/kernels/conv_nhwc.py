@@ -40,7 +40,7 @@ import onnx_ir as ir
 
 from optimizer.match import FUSIONWATCH
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled, onednn
+from runtime.kernels import compiled, libraries, onednn
 from runtime.kernels.base import Kernel, UnsupportedOp
 from runtime.kernels.conv import _Convolution, conv_output_sizes, spatial_pads
 from runtime.kernels.pool import _window_maxima, _window_sums, _WindowPool
@@ -164,6 +164,7 @@ class NhwcFusedConv(_Convolution):
         if (
             weight is None
             or not onednn.available()  # e.g. in a forked child (onednn._after_fork_in_child)
+            or libraries.chosen("conv") == "numpy"  # the session measured im2col faster
             or w.shape != weight.shape
             or x.dtype != np.float32
             or (b is not None and (b.dtype != np.float32 or b.shape != (weight.shape[0],)))

@@ -37,6 +37,7 @@ import platform
 import numpy as np
 import onnx_ir as ir
 
+from runtime.kernels import libraries, onednn, onednn_matmul
 from runtime.kernels.native import wheel_library
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
@@ -106,8 +107,21 @@ def unavailable_reason() -> str | None:
 
 
 def backend_name() -> str:
-    """What products against constant weights run on: "mkl-packed" or "numpy"."""
-    return "mkl-packed" if available() else "numpy"
+    """What products against constant weights run on: "mkl-packed", "onednn" or "numpy"; the
+    session's measured choice inside a session (runtime/kernel_choice.py), else MKL where
+    installed."""
+    library = libraries.chosen("gemm")
+    if library == "mkl-packed" and available() or library == "onednn" and onednn.available():
+        return library
+    if library is None and available():
+        return "mkl-packed"
+    return "numpy"
+
+
+def mkl_products() -> bool:
+    """Whether float32 products between run-time values (attention's) go to MKL: where it is
+    installed, unless the session chose numpy's BLAS, whose spinning workers MKL's would meet."""
+    return available() and libraries.chosen("gemm") != "numpy"
 
 
 def set_threads(count: int) -> None:
@@ -157,8 +171,13 @@ class PackedWeight:
         return self._raw.nbytes
 
 
-def matmul_packed(a: np.ndarray, packed: PackedWeight, out: np.ndarray | None = None) -> np.ndarray:
-    """a @ B for float32 `a` of shape (..., K); the leading dimensions are flattened into M."""
+def matmul_packed(
+    a: np.ndarray, packed: PackedWeight | onednn_matmul.MatMulWeight, out: np.ndarray | None = None
+) -> np.ndarray:
+    """a @ B for float32 `a` of shape (..., K); the leading dimensions are flattened into M.
+    B is MKL's packed weight or oneDNN's reordered one, whichever the session chose."""
+    if isinstance(packed, onednn_matmul.MatMulWeight):
+        return packed.matmul(a, out)
     if a.dtype != np.float32 or a.ndim < 1 or a.shape[-1] != packed.k:
         raise ValueError(f"matmul_packed: A {a.dtype} {a.shape} does not meet a packed B of K = {packed.k}")
     a = np.ascontiguousarray(a)
@@ -221,7 +240,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     cores with them: BERT-base went 124 -> 167 ms with packed weights until the attention
     products also moved to MKL, and no OpenBLAS call is left in the loop.
     """
-    if a.dtype != np.float32 or b.dtype != np.float32 or not available():
+    if a.dtype != np.float32 or b.dtype != np.float32 or not mkl_products():
         return None
     if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
         flat = matmul(a.reshape(-1, a.shape[-1]), b)  # (..., K) @ (K, N): one GEMM of all rows
@@ -285,7 +304,7 @@ def batch_strided(count, m, n, k, alpha, a, b, c, trans_b=False) -> None:
     )
 
 
-def applies(packed: PackedWeight | None, a, b) -> bool:
+def applies(packed: PackedWeight | onednn_matmul.MatMulWeight | None, a, b) -> bool:
     """Whether `a @ b` may run as `matmul_packed(a, packed)`: B is still the constant that was
     packed (same shape; graph inputs are never packed), A is float32 of rank >= 2 and has
     the same K. Even a single row runs packed: OpenBLAS is faster on its own there (0.25 against
@@ -301,16 +320,22 @@ def applies(packed: PackedWeight | None, a, b) -> bool:
     )
 
 
-def pack_constant(value: ir.Value | None, xp, trans: bool = False) -> PackedWeight | None:
-    """A PackedWeight for a kernel's constant 2-D float32 B input, or None to use numpy.
+def pack_constant(
+    value: ir.Value | None, xp, trans: bool = False
+) -> PackedWeight | onednn_matmul.MatMulWeight | None:
+    """A kernel's constant 2-D float32 B input prepared once for the library `backend_name()`
+    names (MKL's packed layout, oneDNN's reordered one), or None to use numpy.
 
     None also for an initializer that is a graph input: a feed may replace it at run time.
     """
     if value is None or value.const_value is None or value.is_graph_input() or xp is not np:
         return None
-    if value.dtype != ir.DataType.FLOAT or not available():
+    library = backend_name()
+    if value.dtype != ir.DataType.FLOAT or library == "numpy":
         return None
     array = value.const_value.numpy()
     if array.ndim != 2 or 0 in array.shape:
         return None
+    if library == "onednn":
+        return onednn_matmul.MatMulWeight(array, trans=trans)
     return PackedWeight(array, trans=trans)

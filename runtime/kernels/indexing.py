@@ -135,6 +135,50 @@ class ScatterND(Kernel):
         return (out,)
 
 
+class TensorScatter(Kernel):
+    """Writes `update` into a copy of a KV cache along `axis` (opset 24): batch b's rows go to
+    positions write_indices[b] onwards (0 without write_indices), wrapping around the cache in
+    "circular" mode. One fancy-indexed write per batch entry, not one per position."""
+
+    op_type = "TensorScatter"
+    since_version = 24
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = self.attr("axis", -2)
+        self.mode = self.attr("mode", "linear")
+        if self.mode not in ("linear", "circular"):
+            raise UnsupportedOp(f"TensorScatter '{node.name}': unknown mode {self.mode!r}")
+
+    def run(self, past_cache, update, write_indices=None):
+        xp = self.xp
+        axis = self.axis % past_cache.ndim
+        if axis == 0:
+            raise ValueError(f"TensorScatter '{self.node.name}': axis must not be the batch axis 0")
+        capacity, length = past_cache.shape[axis], update.shape[axis]
+        expected = past_cache.shape[:axis] + (length,) + past_cache.shape[axis + 1 :]
+        if update.shape != expected or length > capacity:
+            raise ValueError(
+                f"TensorScatter '{self.node.name}': update {list(update.shape)} does not fit "
+                f"cache {list(past_cache.shape)} along axis {axis}"
+            )
+        out = past_cache.copy()
+        steps = xp.arange(length)
+        for batch in range(past_cache.shape[0]):
+            start = 0 if write_indices is None else int(write_indices[batch])
+            positions = start + steps
+            if self.mode == "circular":
+                positions %= capacity
+            elif start < 0 or start + length > capacity:
+                raise ValueError(
+                    f"TensorScatter '{self.node.name}': batch {batch} writes positions {start}.."
+                    f"{start + length - 1} past the cache's {capacity}"
+                )
+            # one advanced index on the batch entry's view keeps its axes in place
+            out[batch][(slice(None),) * (axis - 1) + (positions,)] = update[batch]
+        return (out,)
+
+
 class OneHot(Kernel):
     op_type = "OneHot"
     since_version = 9
@@ -253,6 +297,7 @@ KERNELS = [
     ScatterElements,
     Scatter,
     ScatterND,
+    TensorScatter,
     OneHot,
     TopK_1,
     TopK,

@@ -158,6 +158,30 @@ class LayerNormalization(Kernel):
         return (out,)
 
 
+class RMSNormalization(Kernel):
+    """x / sqrt(mean(x^2 over axis..) + epsilon) * scale (opset 23), Llama's RMSNorm: no mean is
+    subtracted and there is no bias. The mean square is taken in `stash_type` (float32 unless said)."""
+
+    op_type = "RMSNormalization"
+    since_version = 23
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axis = self.attr("axis", -1)
+        self.epsilon = self.attr("epsilon", 1e-5)
+        self.stash = ir.DataType(self.attr("stash_type", 1)).numpy()
+
+    def run(self, x, scale):
+        xp = self.xp
+        axis = self.axis + x.ndim if self.axis < 0 else self.axis
+        work = x.astype(self.stash, copy=False)
+        mean_square = xp.square(work).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+        mean_square += work.dtype.type(self.epsilon)
+        y = work * xp.reciprocal(xp.sqrt(mean_square, out=mean_square), out=mean_square)
+        y *= scale.astype(y.dtype, copy=False)
+        return (y.astype(x.dtype, copy=False),)
+
+
 class InstanceNormalization(Kernel):
     op_type = "InstanceNormalization"
     since_version = 1
@@ -291,6 +315,7 @@ class LpNormalization(Kernel):
 KERNELS = [
     BatchNormalization,
     LayerNormalization,
+    RMSNormalization,
     InstanceNormalization,
     GroupNormalization_18,
     GroupNormalization,

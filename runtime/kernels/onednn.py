@@ -151,6 +151,7 @@ def _load() -> ctypes.CDLL | None:
         _Dims,
         _ptr,
     ]
+    library.dnnl_matmul_primitive_desc_create.argtypes = [ctypes.POINTER(_ptr), _ptr, _ptr, _ptr, _ptr, _ptr, _ptr]
     library.dnnl_primitive_execute.argtypes = [_ptr, _ptr, ctypes.c_int, ctypes.POINTER(_ExecArg)]
     library.dnnl_memory_set_data_handle.argtypes = [_ptr, _ptr]
     library.dnnl_memory_create.argtypes = [ctypes.POINTER(_ptr), _ptr, _ptr, _ptr]
@@ -284,6 +285,31 @@ def _strides(shape, order) -> list[int]:
     return strides
 
 
+def reorder(user_desc: _Handle, target_desc, user_memory: _Handle, target_memory: _Handle) -> None:
+    """Copy a weight from the caller's layout into the one a primitive chose (done once)."""
+    reorder_desc = _Handle("dnnl_primitive_desc_destroy")
+    _check(
+        _library.dnnl_reorder_primitive_desc_create(
+            ctypes.byref(reorder_desc.pointer), user_desc.pointer, _engine, target_desc, _engine, None
+        ),
+        "reorder_primitive_desc_create",
+    )
+    primitive = _Handle("dnnl_primitive_destroy")
+    _check(_library.dnnl_primitive_create(ctypes.byref(primitive.pointer), reorder_desc.pointer), "primitive_create")
+    with _stream_lock:
+        _execute(primitive, [(_ARG_SRC, user_memory), (_ARG_DST, target_memory)])
+
+
+def implementation(primitive_desc: _Handle) -> str:
+    """oneDNN's name for the kernel behind a primitive descriptor."""
+    name = ctypes.c_char_p()
+    _check(
+        _library.dnnl_primitive_desc_query(primitive_desc.pointer, _QUERY_IMPL_INFO, 0, ctypes.byref(name)),
+        "primitive_desc_query",
+    )
+    return name.value.decode()
+
+
 class ConvPrimitive:
     """One float32 convolution, fixed input shape, constant weight (reordered once, here).
 
@@ -365,21 +391,7 @@ class ConvPrimitive:
         self._weight_buffer, address = _aligned(_library.dnnl_memory_desc_get_size(weight_desc))
         self._weight = _memory(weight_desc, address)
         source = np.ascontiguousarray(weight, dtype=np.float32)
-        user_memory = _memory(user_weight.pointer, source.ctypes.data)
-        reorder_desc = _Handle("dnnl_primitive_desc_destroy")
-        _check(
-            _library.dnnl_reorder_primitive_desc_create(
-                ctypes.byref(reorder_desc.pointer), user_weight.pointer, _engine, weight_desc, _engine, None
-            ),
-            "reorder_primitive_desc_create",
-        )
-        reorder = _Handle("dnnl_primitive_destroy")
-        _check(
-            _library.dnnl_primitive_create(ctypes.byref(reorder.pointer), reorder_desc.pointer),
-            "primitive_create",
-        )
-        with _stream_lock:
-            _execute(reorder, [(_ARG_SRC, user_memory), (_ARG_DST, self._weight)])
+        reorder(user_weight, weight_desc, _memory(user_weight.pointer, source.ctypes.data), self._weight)
         self._primitive_desc = primitive_desc
 
         # Memory objects whose data pointers are set on each run.
@@ -392,12 +404,7 @@ class ConvPrimitive:
     def implementation(self) -> str:
         """oneDNN's name for the kernel it chose, e.g. "brgconv:avx512_core"; "ref:any" means its
         slow reference loops (a layout or shape its fast kernels don't take)."""
-        name = ctypes.c_char_p()
-        _check(
-            _library.dnnl_primitive_desc_query(self._primitive_desc.pointer, _QUERY_IMPL_INFO, 0, ctypes.byref(name)),
-            "primitive_desc_query",
-        )
-        return name.value.decode()
+        return implementation(self._primitive_desc)
 
     def __call__(
         self, x: np.ndarray, bias: np.ndarray | None = None, z: np.ndarray | None = None

@@ -11,6 +11,7 @@ from collections import defaultdict
 # Each family module ends with `KERNELS = [...]`; uncomment a line when its module lands.
 from runtime.kernels import (
     activation,
+    attention,
     col2im,
     contrib_activation,
     contrib_attention,
@@ -31,6 +32,7 @@ from runtime.kernels import (
     recurrent,
     reduction,
     resize,
+    rotary_embedding,
     tensor,
 )
 from runtime.kernels.base import Kernel
@@ -53,6 +55,8 @@ FAMILIES: list = [
     detection,
     grid_sample,
     normalization,
+    attention,
+    rotary_embedding,
     control_flow,
     contrib_activation,
     contrib_normalization,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,13 +15,17 @@ from service.models import Hook, Project
 from service.models.vocabulary import HOOK_FORMATS
 from service.protocol import protocol_for
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
 
 def create_project(
     session: Session, name: str, webhook_secret: str | None = None, settings: dict[str, Any] | None = None
 ) -> Project:
     name = name.strip()
-    if not name or len(name) > 200:
-        raise Invalid("project name must be 1 to 200 characters")
+    if not _NAME.fullmatch(name):
+        raise Invalid(
+            f"project name {name[:60]!r} must be 1 to 200 letters, digits, '.', '_' or '-' (it appears in URLs)"
+        )
     try:
         protocol = protocol_for(settings)
     except ValidationError as error:

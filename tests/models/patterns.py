@@ -132,6 +132,40 @@ def tanh_gelu(*, cube="pow", half="first", commute=False, coefficient=0.044715, 
     return _act_model(nodes, {"x": [2, 4, 16]}, {"y": [2, 4, 16]}, inits)
 
 
+def factored_tanh_gelu(*, square="nested", commute=False, casts=False, coefficient=0.044715):
+    """0.5·x·(1 + Tanh((√(2/π)·x) · (1 + 0.044715·x·x))) on x [2, 4, 16], as Megatron writes it.
+
+    square: "nested" x·(x·0.044715) | "square" (x·x)·0.044715.
+    casts: x reaches the cube term and the 0.5·x end through float→float Casts (mixed-precision
+    exports; ONNX Runtime's fast_gelu3_with_casts.onnx).
+    """
+    inits = [_scalar("/act/half", 0.5), _scalar("/act/one", 1.0), _scalar("/act/coef", coefficient),
+             _scalar("/act/k", math.sqrt(2.0 / math.pi))]
+    nodes = []
+    x = x_end = "x"
+    if casts:
+        nodes.append(helper.make_node("Cast", ["x"], ["/act/x_f"], name="/act/Cast", to=TensorProto.FLOAT))
+        x = "/act/x_f"
+    if square == "nested":
+        nodes += [_mul(x, "/act/coef", "/act/cx", "/act/Mul_c", commute), _mul(x, "/act/cx", "/act/term", "/act/Mul_sq", commute)]
+    else:
+        nodes += [_mul(x, x, "/act/sq", "/act/Mul_sq", commute), _mul("/act/sq", "/act/coef", "/act/term", "/act/Mul_c", commute)]
+    nodes += [
+        helper.make_node("Add", ["/act/one", "/act/term"] if commute else ["/act/term", "/act/one"], ["/act/br"], name="/act/Add"),
+        _mul(x, "/act/k", "/act/kx", "/act/Mul_k", commute),
+        _mul("/act/kx", "/act/br", "/act/scaled", "/act/Mul_arg", commute),
+        helper.make_node("Tanh", ["/act/scaled"], ["/act/tanh"], name="/act/Tanh"),
+        helper.make_node("Add", ["/act/tanh", "/act/one"], ["/act/bracket"], name="/act/Add_1"),
+        _mul(x_end, "/act/half", "/act/halfx", "/act/Mul_half", commute),
+    ]
+    half = "/act/halfx"
+    if casts:
+        nodes.append(helper.make_node("Cast", [half], ["/act/halfx_f"], name="/act/Cast_half", to=TensorProto.FLOAT))
+        half = "/act/halfx_f"
+    nodes.append(_mul(half, "/act/bracket", "y", "/act/Mul_out", commute))
+    return _act_model(nodes, {"x": [2, 4, 16]}, {"y": [2, 4, 16]}, inits)
+
+
 def quick_gelu(*, alpha=1.702, commute=False, alpha_shape=()):
     """x * Sigmoid(alpha * x) on x [2, 4, 16]; alpha=None gives SiLU, x * Sigmoid(x)."""
     nodes, inits = [], []
@@ -304,7 +338,8 @@ def matmul_transpose(*, side="b", perm=None, shared=False, scale_after=None):
 ATTN_BATCH, ATTN_SEQ, ATTN_HIDDEN, ATTN_HEADS = 2, 4, 8, 2
 
 
-def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=False, extra_outputs=(), opset=17):
+def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=False, extra_outputs=(), opset=17,
+                   mask_form="rows"):
     rng = np.random.default_rng(7)
     hidden, heads = ATTN_HIDDEN, ATTN_HEADS
     head = hidden // heads
@@ -353,9 +388,24 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
     logits = "scores"
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ATTN_BATCH, ATTN_SEQ, hidden])]
     imports = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
-    if mask:
-        # The exporters' additive mask: Where(keep, 0, -inf) over a bool [B, 1, S, S].
-        inputs.append(helper.make_tensor_value_info("keep", TensorProto.BOOL, [ATTN_BATCH, 1, ATTN_SEQ, ATTN_SEQ]))
+    if mask and mask_form == "raw":
+        # BERT's classic padding mask: (1 - attention_mask[:, None, None, :]) * -10000, [B, 1, 1, S].
+        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [ATTN_BATCH, ATTN_SEQ]))
+        inits += [numpy_helper.from_array(np.array([1, 2], np.int64), "mask_axes"), _scalar("one", 1.0),
+                  _scalar("filter", -10000.0)]
+        nodes += [
+            helper.make_node("Unsqueeze", ["attention_mask", "mask_axes"], ["mask_4d"], name="/mask/Unsqueeze"),
+            helper.make_node("Cast", ["mask_4d"], ["mask_f"], name="/mask/Cast", to=TensorProto.FLOAT),
+            helper.make_node("Sub", ["one", "mask_f"], ["mask_inv"], name="/mask/Sub"),
+            helper.make_node("Mul", ["mask_inv", "filter"], ["additive_mask"], name="/mask/Mul"),
+            helper.make_node("Add", ["scores", "additive_mask"], ["masked"], name="/attn/Add"),
+        ]
+        logits = "masked"
+    elif mask:
+        # The exporters' additive mask: Where(keep, 0, -inf) over a bool [B, 1, S, S] (mask_form
+        # "rows") or one row per batch, [B, 1, 1, S], broadcast over the queries ("key_row").
+        rows = 1 if mask_form == "key_row" else ATTN_SEQ
+        inputs.append(helper.make_tensor_value_info("keep", TensorProto.BOOL, [ATTN_BATCH, 1, rows, ATTN_SEQ]))
         inits += [_scalar("zero", 0.0), _scalar("minus_inf", -np.inf)]
         keep = "keep"
         if custom_mask_op:
@@ -379,9 +429,9 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
     return helper.make_model(graph, opset_imports=imports)
 
 
-def attention_keep_mask():
+def attention_keep_mask(rows=ATTN_SEQ):
     """A padding mask as the bool [B, 1, S, S] the exporters build: batch 1 ignores its last key."""
-    keep = np.ones((ATTN_BATCH, 1, ATTN_SEQ, ATTN_SEQ), bool)
+    keep = np.ones((ATTN_BATCH, 1, rows, ATTN_SEQ), bool)
     keep[1, :, :, -1] = False
     return keep
 
@@ -694,6 +744,12 @@ def _variance_tail(x_centered, *, opset, axes, square, exponent, cast_exponent, 
     ]
     if divide == "div":
         nodes.append(helper.make_node("Div", [x_centered, f"{prefix}/Sqrt_output_0"], [f"{prefix}/Div_output_0"], name=f"{prefix}/Div"))
+    elif divide == "div_one":  # torch.rsqrt through TorchScript: Div(1, std), then Mul
+        inits.append(_scalar(f"{prefix}/one", 1.0))
+        nodes += [
+            helper.make_node("Div", [f"{prefix}/one", f"{prefix}/Sqrt_output_0"], [f"{prefix}/Reciprocal_output_0"], name=f"{prefix}/Div"),
+            helper.make_node("Mul", [x_centered, f"{prefix}/Reciprocal_output_0"], [f"{prefix}/Div_output_0"], name=f"{prefix}/Mul_rsqrt"),
+        ]
     else:
         nodes += [
             helper.make_node("Reciprocal", [f"{prefix}/Sqrt_output_0"], [f"{prefix}/Reciprocal_output_0"], name=f"{prefix}/Reciprocal"),
@@ -761,13 +817,21 @@ def layer_norm(
 
 
 def rms_norm(*, opset=14, square="pow", exponent=2.0, divide="reciprocal", axes=(-1,), epsilon=1e-6,
-             gamma_first=True, extra_outputs=(), extra_consumer=None):
-    """Llama's RMSNorm: x -> Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul(x) -> Mul(gamma) -> y."""
+             gamma_first=True, extra_outputs=(), extra_consumer=None, cast=False):
+    """Llama's RMSNorm: x -> Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul(x) -> Mul(gamma) -> y.
+
+    cast: x.to(float32) first, a no-op Cast on float32 data (transformers' LlamaRMSNorm)."""
     p = "/ln"
-    nodes, inits, normalized = _variance_tail(
-        "x", opset=opset, axes=axes, square=square, exponent=exponent, cast_exponent=False,
+    nodes = []
+    source = "x"
+    if cast:
+        nodes.append(helper.make_node("Cast", ["x"], [f"{p}/x_f"], name=f"{p}/Cast", to=TensorProto.FLOAT))
+        source = f"{p}/x_f"
+    tail_nodes, inits, normalized = _variance_tail(
+        source, opset=opset, axes=axes, square=square, exponent=exponent, cast_exponent=False,
         epsilon=epsilon, eps_const=True, divide=divide, prefix=p,
     )
+    nodes += tail_nodes
     gamma_inputs = [f"{p}/gamma", normalized] if gamma_first else [normalized, f"{p}/gamma"]
     nodes.append(helper.make_node("Mul", gamma_inputs, ["y"], name=f"{p}/Mul"))
     inits.append(_vector(f"{p}/gamma", (16,), seed=3))
@@ -780,8 +844,11 @@ def rms_norm(*, opset=14, square="pow", exponent=2.0, divide="reciprocal", axes=
 
 
 def skip_layer_norm(*, bias=None, sum_consumed=False, x_shape=NORM_SHAPE, skip_shape=NORM_SHAPE, axis=-1,
-                    epsilon=1e-5, opset=17, extra_outputs=()):
+                    epsilon=1e-5, opset=17, extra_outputs=(), norm="LayerNormalization"):
     """x + skip [+ bias] -> LayerNormalization('/ln'): `bias` is None, "x" (Add(x, b) first) or "skip".
+
+    norm: "LayerNormalization", or an RMS norm in either form: "SimplifiedLayerNormalization"
+    (onnxruntime's, ONNX domain) or "RMSNormalization" (opset 23); those take no beta.
 
     `sum_consumed` adds the next residual: Add(ln_out, residual sum), as in GPT-2's pre-LN blocks.
     """
@@ -794,8 +861,8 @@ def skip_layer_norm(*, bias=None, sum_consumed=False, x_shape=NORM_SHAPE, skip_s
         x, skip = ("/ln/biased", skip) if bias == "x" else (x, "/ln/biased")
     nodes += [
         helper.make_node("Add", [x, skip], ["/ln/residual"], name="/ln/ResidualAdd"),
-        helper.make_node("LayerNormalization", ["/ln/residual", "/ln/gamma", "/ln/beta"], ["y"], name="/ln",
-                         axis=axis, epsilon=epsilon),
+        helper.make_node(norm, ["/ln/residual", "/ln/gamma", "/ln/beta"][:3 if norm == "LayerNormalization" else 2],
+                         ["y"], name="/ln", axis=axis, epsilon=epsilon),
     ]
     outputs = ["y"]
     if sum_consumed:
@@ -825,8 +892,11 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
                      opset=17):
     """BERT's embeddings: word + segment + position lookups -> Add -> Add -> LayerNormalization -> Attention.
 
+    `segment`: True (a token_type_ids input), False (DistilBERT) or "buffer" (BERT called without
+    token_type_ids: all-zero ids from a buffer, picked by position and expanded to the batch).
     `position`: "slice" (today's exporters: Slice of a [1, P] position_ids buffer to the
-    sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), or "input" (a third
+    sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), "range" (Range(0, seq)
+    expanded to the shape of input_ids, as 2020-era exports built them), or "input" (a third
     graph input, so position and segment ids can't be told apart). The Attention is
     com.microsoft.Attention, as AttentionFusion leaves it.
     """
@@ -848,6 +918,18 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
             helper.make_node("Slice", ["/emb/position_ids", "/emb/zero", "/emb/shape", "/emb/one"], ["/emb/pos_ids"], name="/emb/Slice"),
         ]
         position_ids = "/emb/pos_ids"
+    elif position == "range":  # 2020-era exports: Range(0, seq) expanded to the ids' shape
+        inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+                  (("/emb/r_start", 0), ("/emb/r_step", 1), ("/emb/r_one", 1))]
+        inits.append(numpy_helper.from_array(np.array([0], np.int64), "/emb/r_axes"))
+        nodes += [
+            helper.make_node("Shape", ["input_ids"], ["/emb/ids_shape_r"], name="/emb/r/Shape"),
+            helper.make_node("Gather", ["/emb/ids_shape_r", "/emb/r_one"], ["/emb/seq_len"], name="/emb/r/Gather", axis=0),
+            helper.make_node("Range", ["/emb/r_start", "/emb/seq_len", "/emb/r_step"], ["/emb/range"], name="/emb/r/Range"),
+            helper.make_node("Unsqueeze", ["/emb/range", "/emb/r_axes"], ["/emb/range_row"], name="/emb/r/Unsqueeze"),
+            helper.make_node("Expand", ["/emb/range_row", "/emb/ids_shape_r"], ["/emb/pos_ids"], name="/emb/r/Expand"),
+        ]
+        position_ids = "/emb/pos_ids"
     elif position == "constant":
         inits.append(numpy_helper.from_array(np.arange(EMB_SEQ, dtype=np.int64).reshape(1, -1), "/emb/pos_ids"))
         inputs["input_ids"] = (TensorProto.INT64, [EMB_BATCH, EMB_SEQ])
@@ -860,9 +942,20 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
     first_sum = "/emb/word_out"
     if segment:
         inits.append(table(2, "/emb/segment"))
-        inputs["token_type_ids"] = ids_type
+        segment_ids = "token_type_ids"
+        if segment == "buffer":  # called without token_type_ids: a zeros buffer expanded to the batch
+            inits.append(numpy_helper.from_array(np.zeros((1, EMB_POSITIONS), np.int64), "/emb/token_type_buffer"))
+            nodes += [
+                helper.make_node("Shape", ["input_ids"], ["/emb/ids_shape"], name="/emb/ids/Shape"),
+                helper.make_node("GatherElements", ["/emb/token_type_buffer", position_ids], ["/emb/type_row"],
+                                 name="/emb/type/GatherElements", axis=1),
+                helper.make_node("Expand", ["/emb/type_row", "/emb/ids_shape"], ["/emb/type_ids"], name="/emb/type/Expand"),
+            ]
+            segment_ids = "/emb/type_ids"
+        else:
+            inputs["token_type_ids"] = ids_type
         nodes += [
-            helper.make_node("Gather", ["/emb/segment", "token_type_ids"], ["/emb/seg_out"], name="/emb/segment/Gather"),
+            helper.make_node("Gather", ["/emb/segment", segment_ids], ["/emb/seg_out"], name="/emb/segment/Gather"),
             helper.make_node("Add", ["/emb/word_out", "/emb/seg_out"], ["/emb/Add_output_0"], name="/emb/Add"),
         ]
         first_sum = "/emb/Add_output_0"
@@ -872,7 +965,15 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
                          name="/emb/LayerNorm", axis=-1, epsilon=1e-12),
     ]
     outputs = ["/emb/ln_out"]
-    if attention:
+    if attention == "onnx":  # the standard Attention of opset 23 on 3-D projections of the LayerNorm output
+        for p in "qkv":
+            inits.append(numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, EMB_HIDDEN)).astype(np.float32) * 0.2,
+                                                 f"/attn/{p}_weight"))
+            nodes.append(helper.make_node("MatMul", ["/emb/ln_out", f"/attn/{p}_weight"], [f"/attn/{p}"], name=f"/attn/{p}/MatMul"))
+        nodes.append(helper.make_node("Attention", ["/attn/q", "/attn/k", "/attn/v"], ["attn_out"], name="/attn/Attention",
+                                      q_num_heads=2, kv_num_heads=2))
+        outputs = ["attn_out"]
+    elif attention:
         inits += [
             numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, 3 * EMB_HIDDEN)).astype(np.float32) * 0.2, "/attn/qkv_weight"),
             numpy_helper.from_array(rng.standard_normal(3 * EMB_HIDDEN).astype(np.float32) * 0.2, "/attn/qkv_bias"),

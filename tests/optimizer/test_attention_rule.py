@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from onnx_ir.passes.common import ShapeInferencePass
+from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
 
 from optimizer import optimize
 from optimizer.driver import _apply
@@ -105,6 +105,38 @@ def test_small_block_fuses_and_matches(scale, qkv, mask):
     assert attention.attributes["scale"].value == pytest.approx(0.5)  # 1/sqrt(head size 4)
     feeds = _small_feeds() if mask else {"x": _small_feeds()["x"]}
     assert_same_outputs(original, model, feeds)
+
+
+def test_key_row_mask_is_repeated_for_every_query():
+    # A [B, 1, 1, key] mask, broadcast over the queries: the most common BERT mask (ORT's
+    # attention_mask_no_cast.onnx). attention_bias needs one row per query, so the fused graph
+    # expands it over the sequence read from the block input.
+    original = patterns.self_attention(mask_form="key_row")
+    model, fired, near_misses = _attention_only(original)
+    assert (fired, near_misses) == (1, [])
+    ops = Counter(n.op_type for n in model.graph)
+    assert ops == Counter({"Attention": 1, "Where": 1, "Expand": 1, "Shape": 1, "Gather": 1, "Concat": 1})
+    x = _small_feeds()["x"]
+    assert_same_outputs(original, model, {"x": x, "keep": patterns.attention_keep_mask(rows=1)})
+
+
+@pytest.mark.parametrize("batch_padding", [False, True])
+def test_raw_padding_mask_becomes_mask_index(batch_padding):
+    # (1 - attention_mask[:, None, None, :]) * -10000 is what onnxruntime passes as the 2-D
+    # mask_index (ORT's attention_int32_mask.onnx): the int64 mask is cast to int32, the
+    # Unsqueeze/Cast/Sub/Mul path goes, and -10000 becomes mask_filter_value.
+    original = patterns.self_attention(mask_form="raw")
+    model, fired, near_misses = _attention_only(original)
+    assert (fired, near_misses) == (1, [])
+    RemoveUnusedNodesPass()(model)  # the old mask path is left unread, as the driver's last step removes it
+    assert Counter(n.op_type for n in model.graph) == Counter({"Attention": 1, "Cast": 1})
+    attention = next(n for n in model.graph if n.op_type == "Attention")
+    assert attention.inputs[3].producer().op_type == "Cast"
+    assert attention.attributes["mask_filter_value"].value == pytest.approx(-10000.0)
+    mask = np.ones((patterns.ATTN_BATCH, patterns.ATTN_SEQ), np.int64)
+    if batch_padding:
+        mask[-1, -2:] = 0
+    assert_same_outputs(original, model, {"x": _small_feeds()["x"], "attention_mask": mask})
 
 
 def test_packed_projection_is_reused_without_a_new_weight():

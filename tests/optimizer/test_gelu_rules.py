@@ -45,10 +45,14 @@ def test_erf_gelu_variants_fuse_to_contrib_gelu(half, scale, commute):
     assert_same_outputs(model, result, spread_feeds(model))
 
 
-@pytest.mark.parametrize("opset", [14, 20])
-def test_erf_gelu_emits_contrib_gelu_at_every_opset(opset):
-    result = optimize(patterns.erf_gelu(opset=opset), level="extended")
-    assert result.report.ops_after == {"com.microsoft.Gelu": 1}
+@pytest.mark.parametrize(("opset", "gelu"), [(14, "com.microsoft.Gelu"), (19, "com.microsoft.Gelu"), (20, "Gelu"), (23, "Gelu")])
+def test_erf_gelu_emits_the_gelu_its_opset_has(opset, gelu):
+    # As ONNX Runtime's GeluFusion (gelu_opset20.onnx): ONNX Gelu where the opset has it.
+    model = patterns.erf_gelu(opset=opset)
+    result = optimize(model, level="extended")
+    assert result.report.ops_after == {gelu: 1}
+    assert result.report.fusions == {gelu: 1}
+    assert_same_outputs(model, result, spread_feeds(model))
 
 
 @pytest.mark.parametrize("opset", [14, 20])
@@ -60,6 +64,27 @@ def test_erf_gelu_after_bias_add_becomes_bias_gelu(opset, commute):
     assert result.report.rules["GeluFusion"].fired == 1
     assert result.report.rules["BiasGeluFusion"].fired == 1
     assert_same_outputs(model, result, spread_feeds(model))
+
+
+@pytest.mark.parametrize("square", ["nested", "square"])
+@pytest.mark.parametrize("commute", [False, True])
+@pytest.mark.parametrize("casts", [False, True])
+def test_factored_tanh_gelu_fuses_to_fast_gelu(square, commute, casts):
+    # ONNX Runtime's fast_gelu.onnx and fast_gelu3_with_casts.onnx: the Tanh argument factored
+    # as (√(2/π)·x)·(1 + 0.044715·x²), x reaching it through float→float Casts.
+    model = patterns.factored_tanh_gelu(square=square, commute=commute, casts=casts)
+    result = optimize(model, level="extended")
+    assert result.report.fusions == {"com.microsoft.FastGelu": 1}
+    assert result.report.ops_after == ({"Cast": 1, "com.microsoft.FastGelu": 1} if casts else {"com.microsoft.FastGelu": 1})
+    assert_same_outputs(model, result, spread_feeds(model))
+
+
+def test_factored_tanh_gelu_with_a_wrong_coefficient_is_a_near_miss():
+    report = optimize(patterns.factored_tanh_gelu(coefficient=0.05), level="extended").report
+    assert "com.microsoft.FastGelu" not in report.ops_after
+    assert messages(report, "FastGeluFusion") == [
+        "FastGeluFusion at /act/Tanh: quadratic coefficient is 0.05, expected 0.044715"
+    ]
 
 
 def test_wrong_divisor_is_a_near_miss_that_names_both_values():
@@ -161,10 +186,10 @@ def test_vector_alpha_is_a_near_miss():
     ]
 
 
-def test_sigmoid_gate_is_not_a_candidate():
+def test_sigmoid_gate_is_a_near_miss_that_says_why():
     report = optimize(patterns.sigmoid_gate(), level="extended").report
     assert report.ops_after == {"Mul": 1, "Sigmoid": 1}
-    assert report.explain("QuickGeluFusion") == []
+    assert [m.step for m in report.explain("QuickGeluFusion")] == ["gate"]
 
 
 # --- BiasGeluFusion -----------------------------------------------------------------------

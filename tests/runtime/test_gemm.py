@@ -1,5 +1,7 @@
-"""MKL's packed SGEMM (runtime/kernels/gemm.py) against numpy, the kernels that use it against
-onnxruntime, and the numpy fallback when MKL is absent.
+"""MKL's packed SGEMM (runtime/kernels/gemm.py) and oneDNN's matmul (runtime/kernels/onednn_matmul.py)
+against numpy, the kernels that use them against onnxruntime, and the numpy fallback when MKL is
+absent. Sessions here fix the GEMM library (SessionOptions.kernel_libraries) rather than let the
+machine's measurement pick one, so each library's path is tested on every machine.
 
 `make test` installs the `mkl` extra, so on x86_64 MKL must be there: its absence fails here
 rather than silently testing only the fallback.
@@ -15,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from runtime import InferenceSession, SessionOptions
-from runtime.kernels import gemm
+from runtime.kernels import gemm, onednn, onednn_matmul
 from tests.oracle import MODELS, fixture_feeds, run_onnxruntime
 
 RTOL, ATOL = 1e-3, 1e-4
@@ -34,7 +36,7 @@ def normal(*shape):
 def test_mkl_is_available_on_x86_64():
     if X86:
         assert gemm.available(), gemm.unavailable_reason()
-        assert gemm.backend_name() == "mkl-packed"
+        assert gemm.backend_name() == "mkl-packed"  # outside a session: MKL where installed
     else:
         assert not gemm.available() and "x86_64" in gemm.unavailable_reason()
 
@@ -138,8 +140,12 @@ def _float(name, shape):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
-def _session(model):
-    return InferenceSession(model, SessionOptions(graph_optimization_level="disabled"))
+LIBRARIES = ["mkl-packed", "onednn"] if X86 else ["numpy"]
+
+
+def _session(model, library=LIBRARIES[0]):
+    options = SessionOptions(graph_optimization_level="disabled", kernel_libraries={"gemm": library})
+    return InferenceSession(model, options)
 
 
 def _kernel(session):
@@ -147,9 +153,13 @@ def _kernel(session):
     return step.kernel
 
 
-def _check(model, feeds, packed_expected, rtol=RTOL, atol=ATOL):
-    ours = _session(model)
-    assert (_kernel(ours).packed is not None) == packed_expected
+def _check(model, feeds, packed_expected, rtol=RTOL, atol=ATOL, library=LIBRARIES[0]):
+    ours = _session(model, library)
+    assert ours.gemm_backend == library
+    packed = _kernel(ours).packed
+    assert (packed is not None) == packed_expected
+    if packed is not None:
+        assert isinstance(packed, onednn_matmul.MatMulWeight if library == "onednn" else gemm.PackedWeight)
     expected = run_onnxruntime(model, feeds)
     for mine, (name, theirs) in zip(ours.run(None, feeds), expected.items(), strict=True):
         assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
@@ -162,10 +172,11 @@ def matmul_model(a_shape, w, as_graph_input=False):
     return _model(node, inputs, [numpy_helper.from_array(w, "w")], [_float("y", None)])
 
 
+@pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("a_shape", [[1, 48], [7, 48], [2, 5, 48], [2, 3, 4, 48]])
-def test_matmul_with_a_constant_weight_runs_packed(a_shape):
+def test_matmul_with_a_constant_weight_runs_packed(a_shape, library):
     w = normal(48, 33)
-    _check(matmul_model(a_shape, w), {"a": normal(*a_shape)}, packed_expected=X86)
+    _check(matmul_model(a_shape, w), {"a": normal(*a_shape)}, packed_expected=X86, library=library)
 
 
 def test_matmul_whose_weight_a_feed_may_replace_is_not_packed():
@@ -184,10 +195,11 @@ def test_matmul_of_two_feeds_matches_onnxruntime():
     _check(model, {"a": normal(2, 3, 6, 5), "b": normal(2, 3, 5, 4)}, packed_expected=False)
 
 
+@pytest.mark.parametrize("library", LIBRARIES)
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("trans_a", [0, 1])
 @pytest.mark.parametrize("fused", [False, True])
-def test_gemm_with_a_constant_weight(trans_a, trans_b, fused):
+def test_gemm_with_a_constant_weight(trans_a, trans_b, fused, library):
     w = normal(24, 40) if trans_b else normal(40, 24)
     c = normal(24)
     attrs = {"alpha": 0.5, "beta": 2.0, "transA": trans_a, "transB": trans_b}
@@ -211,7 +223,7 @@ def test_gemm_with_a_constant_weight(trans_a, trans_b, fused):
         [_float("y", None)],
         domain="com.microsoft" if fused else "",
     )
-    _check(model, {"a": normal(*a_shape)}, packed_expected=X86 and not trans_a)
+    _check(model, {"a": normal(*a_shape)}, packed_expected=X86 and not trans_a, library=library)
 
 
 @pytest.mark.parametrize(
@@ -255,21 +267,29 @@ def test_attention_with_constant_weights_runs_packed():
 # ---------------------------------------------------------------- the numpy fallback
 
 
-def test_without_mkl_kernels_fall_back_to_numpy(monkeypatch):
+def test_without_mkl_or_onednn_kernels_fall_back_to_numpy(monkeypatch):
     monkeypatch.setattr(gemm, "available", lambda: False)
+    monkeypatch.setattr(onednn, "available", lambda: False)
     assert gemm.backend_name() == "numpy"
     w = normal(48, 20)
     model = matmul_model([2, 5, 48], w)
-    ours = _session(model)
+    ours = InferenceSession(model, SessionOptions(graph_optimization_level="disabled"))
     assert ours.gemm_backend == "numpy" and _kernel(ours).packed is None
     a = normal(2, 5, 48)
     assert gemm.matmul(a, w) is None
-    _check(model, {"a": a}, packed_expected=False)
+    _check(model, {"a": a}, packed_expected=False, library="numpy")
 
 
-def test_gemm_backend_is_reported():
-    ours = _session(matmul_model([3, 4], normal(4, 2)))
-    assert ours.gemm_backend == ("mkl-packed" if X86 else "numpy")
+def test_a_library_this_process_cannot_load_is_refused(monkeypatch):
+    monkeypatch.setattr(gemm, "available", lambda: False)
+    with pytest.raises(ValueError, match="not loadable here"):
+        _session(matmul_model([3, 4], normal(4, 2)), "mkl-packed")
+
+
+def test_gemm_backend_is_the_measured_choice():
+    ours = InferenceSession(matmul_model([3, 4], normal(4, 2)))
+    assert ours.gemm_backend == ours.kernel_choices.gemm.library
+    assert ours.gemm_backend in (LIBRARIES + ["numpy"])
 
 
 @pytest.mark.skipif(not X86, reason="MKL exists for x86_64 only")
@@ -287,16 +307,44 @@ def test_intra_op_threads_reach_mkl():
     "fixture",
     ["bert_torchscript_opset14", "bert_dynamo_opset20", "gpt2_torchscript_opset14", "gpt2_dynamo_opset20"],
 )
-@pytest.mark.parametrize("mkl", [True, False])
-def test_fixture_at_level_all_matches_onnxruntime(fixture, mkl, monkeypatch):
-    if not mkl:
-        monkeypatch.setattr(gemm, "available", lambda: False)
+@pytest.mark.parametrize("library", [*LIBRARIES, "numpy"])
+def test_fixture_at_level_all_matches_onnxruntime(fixture, library):
     model = onnx.load(MODELS / f"{fixture}.onnx")
     feeds = fixture_feeds(model)
-    ours = InferenceSession(model, SessionOptions(graph_optimization_level="all"))
-    assert ours.gemm_backend == ("mkl-packed" if mkl and X86 else "numpy")
+    options = SessionOptions(graph_optimization_level="all", kernel_libraries={"gemm": library})
+    ours = InferenceSession(model, options)
+    assert ours.gemm_backend == library
     packed = [step for step in ours._executor.plan.steps if getattr(step.kernel, "packed", None) is not None]
-    assert bool(packed) == (mkl and X86)
+    assert bool(packed) == (library != "numpy")
     expected = run_onnxruntime(model, feeds)
     for mine, (name, theirs) in zip(ours.run(None, feeds), expected.items(), strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+# ---------------------------------------------------------------- oneDNN's matmul
+
+
+needs_onednn = pytest.mark.skipif(not onednn.available(), reason="oneDNN is x86_64 Linux only")
+
+
+@needs_onednn
+@pytest.mark.parametrize("m", [1, 7, 128])
+@pytest.mark.parametrize(("k", "n"), [(64, 96), (33, 17), (768, 3072)])
+@pytest.mark.parametrize("trans", [False, True])
+def test_onednn_product_matches_numpy(m, k, n, trans):
+    a, b = normal(m, k), normal(k, n)
+    weight = onednn_matmul.MatMulWeight(np.ascontiguousarray(b.T) if trans else b, trans=trans)
+    assert (weight.k, weight.n) == (k, n)
+    np.testing.assert_allclose(weight.matmul(a), a @ b, rtol=RTOL_LONG, atol=ATOL_LONG)
+
+
+@needs_onednn
+def test_onednn_weight_keeps_one_primitive_per_row_count():
+    b = normal(40, 24)
+    weight = onednn_matmul.MatMulWeight(b)
+    for a in (normal(2, 3, 5, 40), normal(30, 40), normal(6, 80)[:, ::2]):  # 30 rows twice; a strided A
+        np.testing.assert_allclose(weight.matmul(a), a @ b, rtol=RTOL, atol=ATOL)
+    assert sorted(weight._by_rows) == [6, 30]
+    assert weight.nbytes >= 2 * b.nbytes
+    with pytest.raises(ValueError, match="K = 40"):
+        weight.matmul(normal(3, 9))

@@ -72,3 +72,15 @@ def test_lrn_matches_onnxruntime(size):
 
 def test_mean_variance_normalization_matches_onnxruntime():
     assert_same_as_onnxruntime("MeanVarianceNormalization", [_normal(2, 3, 4, 5)], opset=13, axes=[0, 2, 3])
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_rms_normalization_matches_onnxruntime(axis):
+    x = _normal(2, 5, 16)
+    scale = _normal(16) if axis == -1 else _normal(5, 16)
+    assert_same_as_onnxruntime("RMSNormalization", [x, scale], opset=23, axis=axis, epsilon=1e-6)
+
+
+def test_rms_normalization_float16_uses_float32_statistics():
+    x, scale = (_normal(2, 64) * 30).astype(np.float16), _normal(64).astype(np.float16)
+    assert_same_as_onnxruntime("RMSNormalization", [x, scale], opset=23, rtol=1e-2, atol=1e-2)

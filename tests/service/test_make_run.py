@@ -141,3 +141,27 @@ def test_serve_without_db_upgrade_exits_with_the_advice(tmp_path):
     )
     assert server.returncode == 2
     assert "run `fusionwatch db upgrade`" in server.stdout + server.stderr
+
+
+def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_on(tmp_path):
+    """Range(0, 2e9) and a (1e5,1)+(1,1e5) broadcast: the worker's address space is capped, so the job fails
+    with the allocation it could not make, and the next upload still runs."""
+    from tests import hostile_models as hostile
+
+    with _serving(tmp_path, FUSIONWATCH_JOB_MEMORY_MB="4096", FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
+        settings = {"runs": 1, "warmup": 0, "levels": ["basic"], "engines": ["fusionwatch", "onnxruntime"]}
+        httpx.post(f"{base}/projects", json={"name": "hostile", "settings": settings}).raise_for_status()
+        for index, build in enumerate((hostile.huge_range, hostile.lying_broadcast)):
+            upload = httpx.post(f"{base}/projects/hostile/models", data={"commit": f"bad{index}"},
+                                files={"file": (f"m{index}.onnx", build().SerializeToString())}, timeout=30)
+            assert upload.status_code == 201, upload.text
+            run = _wait_for_run(base, upload.json()["run_url"])
+            assert run["verdict"] == "failed", run
+            for job in run["jobs"]:
+                assert job["state"] == "failed" and "allocate" in job["error"].lower(), job
+        [worker] = _worker_pids(server)
+        with open(RESNET, "rb") as model:
+            upload = httpx.post(f"{base}/projects/hostile/models", files={"file": ("resnet.onnx", model.read())},
+                                data={"commit": "good"}, timeout=30)
+        assert _wait_for_run(base, upload.json()["run_url"])["verdict"] == "ok"
+        assert _worker_pids(server) == [worker]  # the same process: nothing crashed

@@ -49,38 +49,25 @@ async def receive_github(
     if not isinstance(payload, dict):
         raise Invalid("webhook body must be a JSON object")
     repository = payload.get("repository") or {}
-    name = project or repository.get("full_name") or repository.get("name")
+    # The hook's URL names the project (?project=), else the repository's name does.
+    name = project or (repository.get("name") if isinstance(repository, dict) else None)
     if not name:
-        raise Invalid("no project: pass ?project=NAME or send a payload with repository.full_name")
-    found = get_project(session, str(name))
-    _verify_signature(found.webhook_secret, body, x_hub_signature_256)
-    if not x_github_delivery or len(x_github_delivery) > 100:
-        raise Invalid("X-GitHub-Delivery header is missing or longer than 100 characters")
-    if session.scalar(select(WebhookDelivery.id).where(WebhookDelivery.delivery_id == x_github_delivery)):
-        return {"status": "duplicate", "delivery": x_github_delivery}
-    if x_github_event == "ping":
-        return {"status": "pong"}
-    if x_github_event != "push":
-        return {"status": "ignored", "event": x_github_event[:50]}
-    ref = str(payload.get("ref") or "")
-    branch = ref.removeprefix("refs/heads/") or "main"
-    head = payload.get("head_commit") or {}
-    commits = [c for c in payload.get("commits") or [] if isinstance(c, dict)]
-    if not head.get("id"):
-        return {"status": "ignored", "reason": "push without a head commit (a branch deletion?)"}
+        raise Invalid("no project: add ?project=NAME to the hook's URL, or send a payload with repository.name")
     try:
         with session.begin():
-            previous = payload.get("before")
-            for entry in commits:
-                if entry.get("id") == head.get("id"):
-                    continue
-                record_commit(session, found, str(entry["id"]), branch, [previous] if _is_sha(previous) else [],
-                              str(entry.get("message") or ""), _author(entry), _timestamp(entry))
-                previous = entry["id"]
-            info = CommitInfo(str(head["id"]), branch, [previous] if _is_sha(previous) else [],
-                              str(head.get("message") or ""), _author(head), _timestamp(head))
-            submission = submit_commit(session, services.store, services.upload_limits, found, info, [], "github",
-                                       services.settings.machine_class)
+            found = get_project(session, str(name))
+            _verify_signature(found.webhook_secret, body, x_hub_signature_256)
+            if not x_github_delivery or len(x_github_delivery) > 100:
+                raise Invalid("X-GitHub-Delivery header is missing or longer than 100 characters")
+            if session.scalar(select(WebhookDelivery.id).where(WebhookDelivery.delivery_id == x_github_delivery)):
+                return {"status": "duplicate", "delivery": x_github_delivery}
+            if x_github_event == "ping":
+                return {"status": "pong"}
+            if x_github_event != "push":
+                return {"status": "ignored", "event": x_github_event[:50]}
+            submission = _record_push(session, services, found, payload)
+            if submission is None:
+                return {"status": "ignored", "reason": "push without a head commit (a branch deletion?)"}
             session.add(WebhookDelivery(delivery_id=x_github_delivery, project_id=found.id, event="push",
                                         run_id=submission.run.id if submission.run else None))
             session.flush()
@@ -89,6 +76,25 @@ async def receive_github(
     queue.dispatch(submission.jobs, services.settings.broker_url)
     run_id = submission.run.id if submission.run else None
     return {"status": "accepted", "run_id": run_id, "run_url": f"/api/v1/runs/{run_id}", "jobs": len(submission.jobs)}
+
+
+def _record_push(session, services, project, payload: dict):
+    """The pushed commits, oldest first, each the parent of the next; a run for the head commit."""
+    branch = str(payload.get("ref") or "").removeprefix("refs/heads/") or "main"
+    head = payload.get("head_commit") or {}
+    if not isinstance(head, dict) or not head.get("id"):
+        return None
+    previous = payload.get("before")
+    for entry in payload.get("commits") or []:
+        if not isinstance(entry, dict) or not entry.get("id") or entry["id"] == head["id"]:
+            continue
+        record_commit(session, project, str(entry["id"]), branch, [previous] if _is_sha(previous) else [],
+                      str(entry.get("message") or ""), _author(entry), _timestamp(entry))
+        previous = entry["id"]
+    info = CommitInfo(str(head["id"]), branch, [previous] if _is_sha(previous) else [],
+                      str(head.get("message") or ""), _author(head), _timestamp(head))
+    return submit_commit(session, services.store, services.upload_limits, project, info, [], "github",
+                         services.settings.machine_class)
 
 
 def _verify_signature(secret: str | None, body: bytes, header: str) -> None:

@@ -1,0 +1,413 @@
+"""Which kernel library a session uses, measured on this machine rather than assumed.
+
+MKL's packed SGEMM was the fastest way to multiply by a constant weight on the Intel Xeon the
+project was tuned on; on an AMD EPYC (Zen 4, AVX-512) it is the slowest of the three candidates,
+because MKL takes its AVX-512 paths on Intel processors only (issue 14). So at session creation
+each library this process can load is timed on the model's own shapes, and the fastest is used:
+
+  gemm  products against constant weights (MatMul, Gemm, FusedMatMul, FusedGemm, Attention's
+        QKV projection): MKL packed, oneDNN matmul with the weight reordered once, numpy's BLAS
+  conv  channels-last convolutions (NhwcFusedConv, the layout level's): oneDNN, im2col + BLAS
+
+Candidates take turns, round after round, and each keeps its best time per shape, so a burst of
+load from another process on a shared machine costs all of them alike. A model whose products
+are too small to tell apart (or that has none with static shapes) gets the machine's choice on
+BERT-base's shapes instead. Every result is cached per machine (CPU model, its vector extensions,
+thread count, library versions, shapes) in `$FUSIONWATCH_CACHE_DIR/kernel_choices.json`
+(default `~/.cache/fusionwatch`), so a machine measures a model once.
+
+`SessionOptions.kernel_libraries` fixes a family's library instead ({"gemm": "numpy"}); the
+session says what it chose and why in `session.kernel_choices`, and its profile trace carries
+the same under the `session_initialization` event's args.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from runtime.kernels import gemm, libraries, onednn, onednn_matmul
+
+# Below this many GEMM FLOPs a run, a model's products take too little time to rank libraries
+# by; the machine's choice on REFERENCE_GEMM_SHAPES is used.
+MIN_MEASURED_GEMM_FLOPS = 50e6
+# BERT-base at sequence 128: the QKV projection, the attention output, the MLP's two products.
+REFERENCE_GEMM_SHAPES = [(128, 768, 2304, 1), (128, 768, 768, 1), (128, 768, 3072, 1), (128, 3072, 768, 1)]
+MAX_SHAPES = 4  # the largest shapes by their share of a run's FLOPs; enough to rank libraries
+ROUNDS = 3  # per pass; two passes
+_SETTLE_S = 0.15  # before each block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
+DYNAMIC_ROWS = 128  # rows assumed for a product whose A has symbolic dimensions
+_VECTOR_EXTENSIONS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+)
+_GEMM_OPS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("com.microsoft", "FusedGemm"),
+             ("com.microsoft", "Attention")}  # fmt: skip
+# numpy's OpenBLAS must beat the others by 10% to be chosen: the race times products alone, but
+# in a model's run OpenBLAS's workers spin for ~0.1 s after each product, taking cores from the
+# compiled loops between products (runtime/kernels/gemm.py: BERT-base 124 -> 167 ms), and on a
+# loaded machine spinning workers lose far more than sleeping ones (ResNet-50's convolutions).
+_HANDICAP = {"numpy": 1.1}
+_HANDICAP_NOTE = "10% (its workers spin between products)"
+_cache_lock = threading.Lock()
+_SEEN: dict[tuple[str, str], dict] = {}  # this process's reads and measurements, by (cache file, key)
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    model: str
+    vendor: str
+    extensions: list[str]  # the vector extensions among _VECTOR_EXTENSIONS this CPU has
+
+    def __str__(self) -> str:
+        return f"{self.model} ({self.vendor}; {' '.join(self.extensions) or 'no vector extensions listed'})"
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    family: str  # "gemm" or "conv"
+    library: str
+    reason: str
+    timings_ms: dict[str, float] = field(default_factory=dict)  # candidate -> ms over `shapes`
+    shapes: list[list[int]] = field(default_factory=list)  # what was timed
+
+
+@dataclass(frozen=True)
+class KernelChoices:
+    cpu: CpuInfo
+    threads: int
+    gemm: KernelChoice
+    conv: KernelChoice
+
+    def libraries(self) -> dict[str, str]:
+        """{family: library} for the CPU kernels to read; empty on a GPU backend, whose kernels
+        have no choice to make."""
+        chosen = {"gemm": self.gemm.library, "conv": self.conv.library}
+        return {f: lib for f, lib in chosen.items() if lib in libraries.CANDIDATES[f]}
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return (
+            f"gemm: {self.gemm.library} ({self.gemm.reason}); conv: {self.conv.library} ({self.conv.reason})"
+        )
+
+
+def cpu_info() -> CpuInfo:
+    """The CPU's model name, vendor and vector extensions, from /proc/cpuinfo where there is one."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError):  # not Linux: platform's less detailed answer below
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+            if key.strip() == "flags":
+                break
+    flags = set(fields.get("flags", "").split())
+    return CpuInfo(
+        model=fields.get("model name") or platform.processor() or platform.machine(),
+        vendor=fields.get("vendor_id", "unknown"),
+        extensions=[name for name in _VECTOR_EXTENSIONS if name in flags],
+    )
+
+
+def choose(
+    model: ir.Model, threads: int, fixed: Mapping[str, str] | None = None, backend_name: str = "cpu"
+) -> KernelChoices:
+    """Each family's library for this model on this machine; `fixed` ones are taken as given."""
+    fixed = dict(fixed or {})
+    unknown = {f: lib for f, lib in fixed.items() if lib not in libraries.CANDIDATES.get(f, ())}
+    if unknown:
+        raise ValueError(f"kernel_libraries {unknown}: the candidates are {libraries.CANDIDATES}")
+    threads = threads or os.cpu_count() or 1
+    cpu = cpu_info()
+    if backend_name != "cpu":
+        off = f"the {backend_name} backend runs its own kernels"
+        return KernelChoices(
+            cpu, threads, KernelChoice("gemm", backend_name, off), KernelChoice("conv", backend_name, off)
+        )
+    return KernelChoices(
+        cpu,
+        threads,
+        _choose_gemm(model, cpu, threads, fixed.get("gemm")),
+        _choose_conv(model, cpu, threads, fixed.get("conv")),
+    )
+
+
+# ---- products against constant weights ------------------------------------------------------
+
+
+def gemm_candidates() -> list[str]:
+    """The GEMM libraries this process can load, in tie-breaking order."""
+    loadable = {"mkl-packed": gemm.available(), "onednn": onednn.available(), "numpy": True}
+    return [name for name in libraries.CANDIDATES["gemm"] if loadable[name]]
+
+
+def gemm_shapes(model: ir.Model) -> list[tuple[int, int, int, int]]:
+    """(M, K, N, count) of the model's float32 products against a constant 2-D weight, the
+    kernels that prepare such weights once (runtime/kernels/gemm.py), largest share first."""
+    counts: Counter = Counter()
+    for node in model.graph:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if (domain, node.op_type) not in _GEMM_OPS or len(node.inputs) < 2:
+            continue
+        a, b = node.inputs[0], node.inputs[1]
+        if a is None or b is None or b.const_value is None or b.is_graph_input():
+            continue
+        if (
+            b.dtype != ir.DataType.FLOAT
+            or b.shape is None
+            or len(b.shape) != 2
+            or a.shape is None
+            or len(a.shape) < 1
+        ):
+            continue
+        trans_b = node.op_type in ("Gemm", "FusedGemm") and _int_attribute(node, "transB")
+        n, k = b.shape if trans_b else reversed(b.shape)
+        trans_a = node.op_type in ("Gemm", "FusedGemm") and _int_attribute(node, "transA")
+        leading = list(a.shape)[-1:] if trans_a else list(a.shape)[:-1]
+        static = [d for d in leading if isinstance(d, int)]
+        rows = math.prod(static) * (DYNAMIC_ROWS if len(static) < len(leading) else 1)
+        counts[(int(rows), int(k), int(n))] += 1
+    shapes = [(*shape, count) for shape, count in counts.items() if min(shape) > 0]
+    return sorted(shapes, key=lambda s: -_flops(s))
+
+
+def _int_attribute(node: ir.Node, name: str) -> int:
+    attribute = node.attributes.get(name)
+    return 0 if attribute is None else int(attribute.value)
+
+
+def _flops(shape) -> float:
+    m, k, n, count = shape
+    return 2.0 * m * k * n * count
+
+
+def _choose_gemm(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None) -> KernelChoice:
+    candidates = gemm_candidates()
+    if fixed is not None:
+        if fixed not in candidates:
+            raise ValueError(f"kernel_libraries gemm={fixed!r} is not loadable here; loadable: {candidates}")
+        return KernelChoice("gemm", fixed, "set by SessionOptions.kernel_libraries")
+    shapes = gemm_shapes(model)
+    scope = "the model's"
+    if not shapes:
+        # Other products (convolutions' im2col, attention's) still run on the chosen library.
+        shapes, scope = (
+            REFERENCE_GEMM_SHAPES,
+            "BERT-base's (this model has no constant-weight product of known shape)",
+        )
+    elif sum(_flops(s) for s in shapes) < MIN_MEASURED_GEMM_FLOPS:
+        shapes, scope = REFERENCE_GEMM_SHAPES, "BERT-base's (this model's are too small to rank libraries by)"
+    shapes = shapes[:MAX_SHAPES]
+    return _measured(
+        "gemm", candidates, shapes, cpu, threads, _time_gemm, f"{scope} {len(shapes)} largest GEMM shapes"
+    )
+
+
+def _time_gemm(library: str, shape) -> Callable[[], object]:
+    """A call that runs one product of `shape` on `library`, its weight prepared beforehand."""
+    m, k, n, _ = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    if library == "mkl-packed":
+        weight = gemm.PackedWeight(b)
+        return lambda: gemm.matmul_packed(a, weight)
+    if library == "onednn":
+        weight = onednn_matmul.MatMulWeight(b)
+        return lambda: weight.matmul(a)
+    return lambda: np.matmul(a, b)
+
+
+# ---- channels-last convolutions --------------------------------------------------------------
+
+
+def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], float]]:
+    """The NhwcFusedConv nodes oneDNN could run (float32 constant weight, an input shape static
+    but for the batch, taken as 1), with their input shape and FLOPs a run, largest first."""
+    found = []
+    for node in model.graph:
+        if node.op_type != "NhwcFusedConv" or len(node.inputs) < 2:
+            continue
+        x, w = node.inputs[0], node.inputs[1]
+        if (
+            x is None
+            or w is None
+            or w.const_value is None
+            or w.is_graph_input()
+            or w.dtype != ir.DataType.FLOAT
+        ):
+            continue
+        if x.shape is None or x.dtype != ir.DataType.FLOAT:
+            continue
+        shape = [
+            1 if axis == 0 and not isinstance(d, int) else d for axis, d in enumerate(x.shape)
+        ]  # batch 1
+        if not all(isinstance(d, int) for d in shape):
+            continue
+        weight = w.const_value.numpy()
+        pixels = math.prod(shape[:-1])  # output size, up to the stride: enough to rank them
+        found.append((node, tuple(shape), 2.0 * pixels * weight.size))
+    return sorted(found, key=lambda item: -item[2])
+
+
+def _choose_conv(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None) -> KernelChoice:
+    candidates = [name for name in libraries.CANDIDATES["conv"] if name != "onednn" or onednn.available()]
+    if fixed is not None:
+        if fixed not in candidates:
+            raise ValueError(f"kernel_libraries conv={fixed!r} is not loadable here; loadable: {candidates}")
+        return KernelChoice("conv", fixed, "set by SessionOptions.kernel_libraries")
+    nodes = _conv_nodes(model)
+    if len(candidates) == 1:
+        return KernelChoice("conv", candidates[0], f"the only one loadable ({onednn.unavailable_reason()})")
+    if not nodes:
+        return KernelChoice("conv", candidates[0], "no channels-last convolution with static shapes to time")
+    shapes = [(node, shape, 1) for node, shape, _ in nodes[:3]]
+    opset = model.opset_imports.get("com.microsoft", 1)
+    return _measured(
+        "conv", candidates, shapes, cpu, threads, lambda lib, item: _time_conv(lib, item, opset),
+        f"the model's {len(shapes)} largest channels-last convolutions",
+    )  # fmt: skip
+
+
+def _time_conv(library: str, item, opset: int) -> Callable[[], object]:
+    from runtime.kernels.conv_nhwc import NhwcFusedConv
+
+    node, shape, _ = item
+    kernel = NhwcFusedConv(node, opset)
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    inputs = [x] + [None if v is None else v.const_value.numpy() for v in node.inputs[1:3]]
+
+    def call():
+        with libraries.using({"conv": library}):
+            return kernel.run(*inputs)
+
+    if len(node.inputs) > 3 and node.inputs[3] is not None:  # Z, the residual: zeros of Y's shape
+        inputs += [None] * (3 - len(inputs)) + [np.zeros_like(call()[0])]
+    return call
+
+
+# ---- measuring and caching -------------------------------------------------------------------
+
+
+def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> KernelChoice:
+    described = [list(_shape_key(s)) for s in shapes]
+    key = json.dumps(
+        {"cpu": cpu.model, "ext": cpu.extensions, "threads": threads, "family": family,
+         "candidates": {c: _version(c) for c in candidates}, "shapes": described},
+        sort_keys=True,
+    )  # fmt: skip
+    cache = _cache_path()
+    entry = _SEEN.get((str(cache), key)) or _read_cache(cache).get(key)
+    if entry is None:
+        timings = _race(candidates, shapes, make_call)
+        entry = {"timings_ms": timings, "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+        _write_cache(cache, key, entry)
+        where = "measured now"
+    else:
+        where = f"measured {entry['measured']}, cached in {cache}"
+    _SEEN[(str(cache), key)] = entry
+    timings = entry["timings_ms"]
+    library = min(candidates, key=lambda c: (timings[c] * _HANDICAP.get(c, 1.0), candidates.index(c)))
+    ranking = ", ".join(f"{c} {timings[c]:.2f} ms" for c in sorted(candidates, key=timings.get))
+    handicaps = [c for c in candidates if c in _HANDICAP and len(candidates) > 1]
+    note = f"; {', '.join(handicaps)} must win by {_HANDICAP_NOTE}" if handicaps else ""
+    reason = f"fastest on {scope}: {ranking} ({where}{note})"
+    return KernelChoice(family, library, reason, dict(timings), described)
+
+
+def _shape_key(shape) -> tuple:
+    if isinstance(shape[0], ir.Node):  # a convolution: its input shape and weight's
+        node, x_shape, _ = shape
+        return (*x_shape, *node.inputs[1].shape)
+    return tuple(shape)
+
+
+def _race(candidates, shapes, make_call) -> dict[str, float]:
+    """ms a run of `shapes` (each weighted by its count) takes on each candidate, best of ROUNDS.
+
+    One candidate at a time, as a session runs one: timed in turn, call by call, each library's
+    idle thread pool took cores from the next (oneDNN's products for a BERT-base layer measured
+    8.5 ms on their own and 15-18 when MKL's calls alternated with them). Two passes, the
+    second in reverse order, so that a change in the machine's load during the measurement
+    weighs on every candidate; each keeps its best time per shape. OpenBLAS's workers spin for a
+    while after each call, so every candidate's block starts after a pause.
+    """
+    calls = {c: [make_call(c, shape) for shape in shapes] for c in candidates}
+    best = {c: [math.inf] * len(shapes) for c in candidates}
+    for order in (candidates, candidates[::-1]):
+        for c in order:
+            time.sleep(_SETTLE_S)
+            for call in calls[c]:
+                call()  # wakes the library's threads (and, the first time, builds primitives)
+            for _ in range(ROUNDS):
+                for index, call in enumerate(calls[c]):
+                    started = time.perf_counter()
+                    call()
+                    best[c][index] = min(best[c][index], time.perf_counter() - started)
+    weights = [shape[-1] for shape in shapes]
+    return {c: round(1e3 * sum(t * w for t, w in zip(best[c], weights, strict=True)), 4) for c in candidates}
+
+
+def _version(library: str) -> str:
+    distribution = {"mkl-packed": "mkl", "onednn": "onednn-cpu-gomp", "numpy": "numpy"}[library]
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _cache_path() -> Path:
+    root = os.environ.get("FUSIONWATCH_CACHE_DIR") or Path.home() / ".cache" / "fusionwatch"
+    return Path(root) / "kernel_choices.json"
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        warnings.warn(f"kernel choice cache {path} unreadable, measuring again: {error}", stacklevel=3)
+        return {}
+
+
+def _write_cache(path: Path, key: str, entry: dict) -> None:
+    """Merge one entry into the cache file, replaced atomically (sessions in several processes
+    may write at once; the last one's view wins, losing at worst an entry to measure again)."""
+    with _cache_lock:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            data = _read_cache(path)
+            data[key] = entry
+            temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(temporary, path)
+        except OSError as error:
+            warnings.warn(
+                f"kernel choice not cached ({path}: {error}); it is measured again next time", stacklevel=3
+            )

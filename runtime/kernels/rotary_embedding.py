@@ -1,0 +1,64 @@
+"""ai.onnx RotaryEmbedding (opset 23): rotates pairs of each head's features by a position's angle.
+
+The pairs are the two halves of the rotated part (GPT-NeoX/Llama layout) or neighbouring
+features (`interleaved`, GPT-J layout); only the first `rotary_embedding_dim` features rotate,
+the rest pass through. Input is (B, N, S, H) or (B, S, N*H) with `num_heads`; the cos and sin
+caches are (S, D/2) or, gathered by `position_ids`, (max_position, D/2) -> (B, S, D/2).
+
+The output is written once into a fresh array: the rotated halves straight into their slots
+of it, and the untouched tail copied, instead of the concatenations the formula reads as.
+"""
+
+from __future__ import annotations
+
+from runtime.backends import numpy_backend
+from runtime.kernels.base import Kernel
+
+
+class RotaryEmbedding(Kernel):
+    op_type = "RotaryEmbedding"
+    since_version = 23
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.interleaved = bool(self.attr("interleaved", 0))
+        self.rotary_dim = int(self.attr("rotary_embedding_dim", 0))
+        self.num_heads = int(self.attr("num_heads", 0))
+
+    def run(self, x, cos_cache, sin_cache, position_ids=None):
+        xp = self.xp
+        if x.ndim == 3:
+            if not self.num_heads:
+                raise ValueError(f"RotaryEmbedding '{self.node.name}': a 3-D input needs num_heads")
+            batch, length, width = x.shape
+            heads = x.reshape(batch, length, self.num_heads, width // self.num_heads)  # (B, S, N, H)
+        else:
+            heads = x.transpose(0, 2, 1, 3)  # (B, S, N, H) view of (B, N, S, H)
+        head_size = heads.shape[3]
+        dim = self.rotary_dim or head_size
+        half = dim // 2
+        if position_ids is not None:
+            cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
+        if cos_cache.shape[-1] != half or sin_cache.shape[-1] != half:
+            raise ValueError(
+                f"RotaryEmbedding '{self.node.name}': caches' last axis {cos_cache.shape[-1]} is not "
+                f"rotary_embedding_dim/2 = {half}"
+            )
+        cos = cos_cache[..., None, :]  # broadcast over heads: (B|1, S, 1, D/2)
+        sin = sin_cache[..., None, :]
+        if self.interleaved:
+            x1, x2 = heads[..., 0:dim:2], heads[..., 1:dim:2]
+        else:
+            x1, x2 = heads[..., :half], heads[..., half:dim]
+        out = xp.empty(heads.shape, dtype=x.dtype)
+        real = out[..., 0:dim:2] if self.interleaved else out[..., :half]
+        imag = out[..., 1:dim:2] if self.interleaved else out[..., half:dim]
+        real[...] = cos * x1 - sin * x2
+        imag[...] = sin * x1 + cos * x2
+        out[..., dim:] = heads[..., dim:]
+        if x.ndim == 3:
+            return (out.reshape(x.shape),)
+        return (xp.ascontiguousarray(out.transpose(0, 2, 1, 3)),)
+
+
+KERNELS = [RotaryEmbedding]

@@ -1,0 +1,77 @@
+"""ONNX Runtime's own fusion test models give the op counts ONNX Runtime's tests expect.
+
+Runs when the models are present (`FUSIONWATCH_ORT_TESTDATA`, see ort_fusion_cases.py) and skips
+otherwise. Cases with `ours` set are where we differ from ONNX Runtime on purpose (see `why`).
+KNOWN_GAPS are the cases we do not match yet, each with why; they are strict xfails, so
+a fix that makes one match fails here until it is taken off the list.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.optimizer.ort_fusion_cases import CASES, ort_testdata_dir, run_case
+
+FOLDER = ort_testdata_dir()
+pytestmark = pytest.mark.skipif(FOLDER is None, reason="ONNX Runtime's fusion test models are not here")
+
+_CAST_SKIP = "SkipLayerNormFusion does not look through the Casts around a float16 residual Add"
+_CAST_LN = "LayerNormFusion does not look through Casts inside the pattern"
+_EMBED = "EmbedLayerNormFusion does not know the NonZero(ConstantOfShape) position ids of this export"
+_GPT = "AttentionFusion has no GPT-2 (unidirectional Where mask, past key/value) form"
+KNOWN_GAPS: dict[str, str] = {
+    "layer_norm_with_cast.onnx": _CAST_LN,
+    "layer_norm_with_cast_2.onnx": _CAST_LN,
+    "layer_norm_with_cast_3.onnx": _CAST_LN,
+    "layer_norm_with_cast_4.onnx": _CAST_LN,
+    "layer_norm_fusion_scale_bias.onnx": _CAST_LN,
+    "skip_layer_norm_format1_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format2_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format3_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format1_partial_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format2_partial_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format1_graph_output_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format2_graph_output_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format3_no_fusion_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_format3_graph_output_with_cast.onnx": _CAST_SKIP,
+    "skip_layer_norm_no_beta_with_cast.onnx": _CAST_SKIP,
+    "embed_layer_norm_format2.onnx": _EMBED,
+    "embed_layer_norm_format4.onnx": _EMBED,
+    "embed_layer_norm_format8.onnx": "the fused graph keeps a Shape -> Gather of the input ids that ORT's drops",
+    "attention_past_unidir.onnx": _GPT,
+    "attention_past_no_unidir.onnx": _GPT,
+    "gpt2_past_mask_one_layer.onnx": _GPT,
+    "gpt2_past_one_layer.onnx": _GPT,
+    "gpt2_one_layer.onnx": _GPT,
+    "attention_distilbert.onnx": "AttentionFusion does not match DistilBERT's Where-on-mask form",
+}
+
+
+def _params():
+    for case in CASES:
+        marks = [pytest.mark.xfail(reason=KNOWN_GAPS[case.model], strict=True)] if case.model in KNOWN_GAPS else []
+        yield pytest.param(case, id=case.model.removesuffix(".onnx"), marks=marks)
+
+
+@pytest.mark.parametrize("case", _params())
+def test_onnxruntime_fusion_case(case):
+    _, mismatches = run_case(case, FOLDER)
+    assert not mismatches, f"{case.test}: ours vs ONNX Runtime's expected count: {mismatches}"
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.ours is not None], ids=lambda c: c.model.removesuffix(".onnx"))
+def test_where_we_differ_on_purpose_the_fused_graph_is_exact(case):
+    # Random inputs in onnxruntime, original vs ours: the divergence must cost nothing in results.
+    import onnx
+
+    from optimizer import optimize
+    from optimizer.levels import known_rule_names
+    from tests.oracle import assert_same_outputs, fixture_feeds
+
+    model = onnx.load(str(FOLDER / case.model))
+    result = optimize(model, "extended", disabled=[r for r in known_rule_names() if r not in case.rules])
+    assert_same_outputs(model, result, fixture_feeds(model))
+
+
+def test_every_gap_names_a_case():
+    assert set(KNOWN_GAPS) <= {case.model for case in CASES}
