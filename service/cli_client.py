@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -236,9 +236,9 @@ def submit_command(
 ) -> None:
     """Send a commit's model exports to the service: a CI step.
 
-    With --wait, print each model's fused
-    counts and timings against its baseline, and the alerts. Exit 2 on errors (unreachable server, a
-    request refused, a job that failed); with --fail-on-regression, 1 on a regression."""
+    With --wait, print each model's fused counts and timings against its baseline, and the alerts.
+    Exit 2 on errors (unreachable server, a request refused, a job that failed); with
+    --fail-on-regression, 1 on a regression (which wins over a failed job: it is the finding)."""
     out = Console()
     missing = [str(path) for path in models if not path.is_file()]
     if missing:
@@ -264,27 +264,32 @@ def submit_command(
     finally:
         client.close()
     out.print(f"verdict: [bold]{run['verdict']}[/bold] ({run['jobs_done']} of {run['jobs_total']} jobs done)")
-    if run["verdict"] == "failed" or run["jobs_failed"]:
-        for job in run["jobs"]:
-            if job["state"] == "failed":
-                err.print(f"[red]error:[/red] job {job['id']} ({job['model']}, {job['engine']}, {job['level']}) "
-                          f"failed: {escape(str(job['error']))}", highlight=False)
+    for job in run["jobs"]:
+        if job["state"] == "failed":
+            err.print(f"[red]error:[/red] job {job['id']} ({escape(job['model'])}, {job['engine']}, {job['level']}) "
+                      f"failed: {escape(str(job['error']))}", highlight=False)
     if fail_on_regression and run["verdict"] == "regression":
         raise typer.Exit(EXIT_REGRESSION)
-    if run["verdict"] == "failed":
+    if run["jobs_failed"]:
         raise typer.Exit(EXIT_ERROR)
 
 
 def _wait_with_progress(client: Server, run_url: str, timeout_s: float) -> dict[str, Any]:
+    """A progress bar on a terminal; in a CI log, which has none, a line each time a job finishes."""
+    finished = [0]
     with progress(err) as bar:
         task = bar.add_task("measuring", total=None)
 
         def update(run: dict) -> None:
-            bar.update(task, total=run["jobs_total"], completed=run["jobs_done"] + run["jobs_failed"])
+            done = run["jobs_done"] + run["jobs_failed"]
+            bar.update(task, total=run["jobs_total"], completed=done)
+            if not err.is_terminal and done != finished[0]:
+                finished[0] = done
+                err.print(f"measuring: {done} of {run['jobs_total']} jobs finished", highlight=False)
 
         return client.wait(run_url, timeout_s, update)
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
     raise typer.Exit(EXIT_ERROR)

@@ -42,6 +42,7 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path):
         assert "4 job(s) for bert.onnx" in a.stdout
         assert "verdict: ok (4 of 4 jobs done)" in a.stdout
         assert "BiasGelu 2" in a.stdout and "no alerts" in a.stdout
+        assert "measuring: 4 of 4 jobs finished" in a.stderr  # no terminal: progress as log lines
 
         b = _submit(base, sha_b, export_b, "--wait", "--fail-on-regression", "--parent", sha_a)
         assert b.returncode == 1, b.stdout + b.stderr
