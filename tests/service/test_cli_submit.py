@@ -26,14 +26,14 @@ def _submit(base: str, sha: str, model, *extra: str) -> subprocess.CompletedProc
     return subprocess.run(_command(*args), env=CLI_ENV, capture_output=True, text=True, timeout=600)
 
 
-def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path):
+def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, database_url):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     export_a, export_b = tmp_path / "a" / "bert.onnx", tmp_path / "b" / "bert.onnx"
     onnx.save(onnx.load(BERT), export_a)
     onnx.save(insert_before_gelu(onnx.load(BERT)), export_b)
     sha_a, sha_b = "a1" * 20, "b2" * 20
-    with _serving(tmp_path, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
+    with _serving(tmp_path, database_url, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
         created = httpx.post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
         assert created.status_code == 201, created.text
 

@@ -16,15 +16,12 @@ REDIS_URL = os.environ.get("FUSIONWATCH_TEST_REDIS_URL")
 
 
 @pytest.mark.skipif(not REDIS_URL, reason="FUSIONWATCH_TEST_REDIS_URL names no Redis")
-def test_worker_runs_the_jobs_serve_sends_to_its_queue(tmp_path):
+def test_worker_runs_the_jobs_serve_sends_to_its_queue(tmp_path, database_url):
     # A queue of this test's own: other Celery workers on the shared Redis must not take its jobs.
     queue = f"test-{uuid.uuid4().hex[:12]}"
     shared = {"FUSIONWATCH_BROKER_URL": REDIS_URL, "FUSIONWATCH_MACHINE_CLASS": queue}
-    with _serving(tmp_path, **shared) as (base, _server):
-        env = os.environ | shared | {
-            "FUSIONWATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'nested' / 'fusionwatch.db'}",
-            "FUSIONWATCH_DATA_DIR": str(tmp_path / "data"),
-        }
+    with _serving(tmp_path, database_url, **shared) as (base, _server):
+        env = os.environ | shared | {"FUSIONWATCH_DATABASE_URL": database_url, "FUSIONWATCH_DATA_DIR": str(tmp_path / "data")}
         log_path = tmp_path / "worker.log"
         with log_path.open("w") as log:
             worker = subprocess.Popen(_command("worker", "--queue", queue), env=env, stdout=log, stderr=subprocess.STDOUT)
