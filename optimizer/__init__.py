@@ -8,13 +8,27 @@
 
 from optimizer.driver import optimize
 from optimizer.levels import LEVEL_NAMES, LEVELS, known_rule_names, rules_for_level
-from optimizer.model_io import ModelLoadError, load_model, save_model
+from optimizer.model_io import (
+    DEFAULT_LIMITS,
+    LoadLimits,
+    ModelLoadError,
+    UnsafeModelError,
+    check_model_file,
+    load_model,
+    read_model_proto,
+    save_model,
+)
 from optimizer.report import NearMiss, OptimizeReport, OptimizeResult
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "LEVEL_NAMES",
     "LEVELS",
+    "LoadLimits",
     "ModelLoadError",
+    "UnsafeModelError",
+    "check_model_file",
+    "read_model_proto",
     "NearMiss",
     "OptimizeReport",
     "OptimizeResult",

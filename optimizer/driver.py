@@ -19,7 +19,7 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from optimizer.graph_hash import graph_hash
 from optimizer.levels import LEVEL_NAMES, rules_for_level
 from optimizer.match import TAKEN_NAMES_META_KEY, consumers, describe, is_custom, op_key
-from optimizer.model_io import load_model, save_model
+from optimizer.model_io import DEFAULT_LIMITS, LoadLimits, load_model, save_model
 from optimizer.report import NearMiss, OptimizeReport, OptimizeResult, RuleStats
 from optimizer.rule import FUSED_META_KEY, RULE_META_KEY, Fail, Match, Rule, mark_created
 from optimizer.shape_inference import infer_shapes
@@ -35,15 +35,19 @@ def optimize(
     disabled: tuple[str, ...] | list[str] = (),
     enable_gelu_approximation: bool = False,
     output: str | os.PathLike | None = None,
+    *,
+    base_dir: str | os.PathLike | None = None,
+    limits: LoadLimits = DEFAULT_LIMITS,
 ) -> OptimizeResult:
     """Optimize `model` at `level` ("disabled", "basic", "extended", "layout", "all").
 
     `disabled` takes ONNX Runtime rule names ("BiasGeluFusion"). An `ir.Model` argument is
     optimized in place; paths and protos are loaded into a new one. With `output`, the
-    optimized model is also written there (weights external when above 2 GiB).
+    optimized model is also written there (weights external when above 2 GiB). `base_dir` and
+    `limits` go to `load_model`, the one checked way in.
     """
     rules = rules_for_level(level, disabled=disabled, enable_gelu_approximation=enable_gelu_approximation)
-    model = load_model(model)
+    model = load_model(model, base_dir=base_dir, limits=limits)
     graph = model.graph
     nodes_before = graph.num_nodes()
     started = time.perf_counter()
@@ -157,6 +161,7 @@ def _apply(
     started = time.perf_counter()
     if not rule.anchors:
         fired = rule.run_on_graph(graph)
+        near_misses.extend(_near_miss(rule, node, failure) for node, failure in rule.graph_misses)
     else:
         fired = 0
         candidates = (anchor_index or _AnchorIndex(graph)).nodes_for(tuple(rule.anchors))
@@ -167,6 +172,8 @@ def _apply(
                 if node.graph is not graph:  # removed by an earlier rewrite in this sweep
                     continue
                 result = rule.match(graph, node)
+                if result is None:  # every anchor that did not fire is reported (rule.py)
+                    result = Fail("anchor", f"{describe(node)} is not where {rule.name}'s pattern starts", node)
                 if isinstance(result, Match):
                     result = _check_boundaries(result)
                 if isinstance(result, Fail):

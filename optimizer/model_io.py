@@ -1,34 +1,344 @@
-"""Loading and saving models for the optimizer (onnx-ir is our in-memory representation)."""
+"""The one way a model comes in: every entry point (HTTP upload, worker, CLI, runtime sessions from a
+path, bytes or a ModelProto) loads through `load_model`, so the rules below live in one place.
+
+A model is hostile until checked. Before any weight is read:
+  - external data must sit inside the model's own directory: a location that is absolute,
+    contains `..`, is not a regular file (a directory, a device, a FIFO) or resolves outside the
+    directory after following symlinks is refused, naming the tensor and the location — this is
+    the class of onnx's CVE-2024-27318/27319;
+  - a ModelProto or bytes with external data needs the directory to be given (`base_dir`);
+  - every tensor's bytes must match its declared shape and type (raw data, typed fields, and
+    external offset/length against the file's size);
+  - node counts, declared tensor sizes and name lengths are bounded by `LoadLimits`.
+onnx-ir then reads external weights lazily (memory-mapped) from the checked files.
+"""
 
 from __future__ import annotations
 
+import math
 import os
-from pathlib import Path
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import onnx
 import onnx_ir as ir
+from onnx_ir import external_data as ir_external_data
+
+from optimizer.text import shorten
 
 # Protobuf cannot serialize a message above 2 GiB, so larger models keep weights outside.
 PROTOBUF_LIMIT = 2 * 1024**3
 
 
 class ModelLoadError(ValueError):
-    """The model file could not be read; the message names the file and the problem."""
+    """The model could not be loaded; the message names the file and the problem."""
 
 
-def load_model(source: str | os.PathLike | onnx.ModelProto | ir.Model) -> ir.Model:
-    """Any accepted source as an onnx-ir Model. An ir.Model is returned as is (not copied)."""
+class UnsafeModelError(ModelLoadError):
+    """The model asks for something outside what it may touch (files outside its directory, ...)."""
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """Bounds on what a model may declare. The defaults admit any real export we know of (a 70B-parameter
+    LLM has ~10k nodes and 1-2 GiB tensors); the service tightens them by setting."""
+
+    max_nodes: int = 1_000_000  # across the main graph, subgraphs and functions
+    max_tensor_bytes: int = 32 * 1024**3  # one tensor's declared size
+    max_op_chars: int = 256  # op_type and domain: no real op name comes near this
+
+
+DEFAULT_LIMITS = LoadLimits()
+
+# Which typed field holds each type's values when raw_data is not used, and how many entries
+# one element takes there (complex numbers take two).
+_TYPED_FIELD = {
+    onnx.TensorProto.FLOAT: ("float_data", 1),
+    onnx.TensorProto.COMPLEX64: ("float_data", 2),
+    onnx.TensorProto.DOUBLE: ("double_data", 1),
+    onnx.TensorProto.COMPLEX128: ("double_data", 2),
+    onnx.TensorProto.INT64: ("int64_data", 1),
+    onnx.TensorProto.UINT32: ("uint64_data", 1),
+    onnx.TensorProto.UINT64: ("uint64_data", 1),
+    onnx.TensorProto.STRING: ("string_data", 1),
+    **{
+        t: ("int32_data", 1)
+        for t in (
+            onnx.TensorProto.INT32,
+            onnx.TensorProto.INT16,
+            onnx.TensorProto.INT8,
+            onnx.TensorProto.UINT16,
+            onnx.TensorProto.UINT8,
+            onnx.TensorProto.BOOL,
+            onnx.TensorProto.FLOAT16,
+            onnx.TensorProto.BFLOAT16,
+        )
+    },
+}
+
+
+def load_model(
+    source: str | os.PathLike | bytes | onnx.ModelProto | ir.Model,
+    *,
+    base_dir: str | os.PathLike | None = None,
+    limits: LoadLimits = DEFAULT_LIMITS,
+) -> ir.Model:
+    """Any accepted source as a checked onnx-ir Model.
+
+    A path's external data is looked up beside it (its own directory). Bytes and a ModelProto
+    have no directory of their own: `base_dir` names it, and without one any external data is
+    refused. An ir.Model is returned as is (not copied) once its external tensors are checked.
+    """
     if isinstance(source, ir.Model):
+        _check_ir_external_tensors(source)
         return source
-    if isinstance(source, onnx.ModelProto):
-        return ir.serde.deserialize_model(source)
-    path = Path(source)
+    if isinstance(source, bytes):
+        proto, label = parse_model_bytes(source, "<bytes>"), "<bytes>"
+    elif isinstance(source, onnx.ModelProto):
+        proto, label = source, "<ModelProto>"
+    elif isinstance(source, str | os.PathLike):
+        path = Path(source)
+        proto, label = read_model_proto(path), str(path)
+        base_dir = path.parent
+    else:
+        raise TypeError(f"a model is a path, bytes, onnx.ModelProto or ir.Model, not {type(source).__name__}")
+    check_model_proto(proto, label, base_dir=base_dir, limits=limits)
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as error:  # onnx-ir's SerdeError and the errors behind it
+        raise ModelLoadError(f"{label}: malformed model ({type(error).__name__}: {shorten(str(error), 300)})") from error
+    if base_dir is not None:
+        ir_external_data.set_base_dir(model.graph, os.fspath(base_dir))
+    return model
+
+
+def read_model_proto(path: str | os.PathLike) -> onnx.ModelProto:
+    """The model file's proto, weights left where they are (external data is not read)."""
+    path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"{path}: no such model file")
+    return parse_model_bytes(path.read_bytes(), str(path))
+
+
+def parse_model_bytes(data: bytes, label: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
     try:
-        return ir.load(path)
+        proto.ParseFromString(data)
     except Exception as error:  # protobuf raises DecodeError, RuntimeError, ValueError ...
-        raise ModelLoadError(f"{path}: not a readable ONNX model ({type(error).__name__}: {error})") from error
+        raise ModelLoadError(f"{label}: not a readable ONNX model ({type(error).__name__}: {shorten(str(error), 200)})") from error
+    if not proto.HasField("graph"):
+        raise ModelLoadError(f"{label}: not an ONNX model (no graph)")
+    return proto
+
+
+def check_model_file(path: str | os.PathLike, limits: LoadLimits = DEFAULT_LIMITS) -> onnx.ModelProto:
+    """Check a model file for handing to another engine (onnxruntime reads it itself); its proto.
+
+    The same checks as `load_model`, so onnxruntime is only ever given files whose external
+    data stays inside their own directory.
+    """
+    proto = read_model_proto(path)
+    check_model_proto(proto, str(path), base_dir=Path(path).parent, limits=limits)
+    return proto
+
+
+def check_model_proto(
+    proto: onnx.ModelProto,
+    label: str,
+    *,
+    base_dir: str | os.PathLike | None,
+    limits: LoadLimits = DEFAULT_LIMITS,
+) -> None:
+    """Raise ModelLoadError (UnsafeModelError for escapes) for anything `load_model` refuses."""
+    graphs = list(_graphs(proto))
+    nodes = sum(len(nodes) for _, nodes in graphs)
+    if nodes > limits.max_nodes:
+        raise ModelLoadError(f"{label}: {nodes} nodes is over the limit of {limits.max_nodes}")
+    for where, node_list in graphs:
+        for index, node in enumerate(node_list):
+            for field in ("op_type", "domain"):
+                text = getattr(node, field)
+                if len(text) > limits.max_op_chars:
+                    raise ModelLoadError(
+                        f"{label}: node #{index} of {where} has a {field} of {len(text)} characters "
+                        f"(at most {limits.max_op_chars})"
+                    )
+    _check_graph_outputs(proto.graph, label)
+    base = None if base_dir is None else Path(base_dir)
+    for tensor in _tensors(proto):
+        _check_tensor(tensor, label, base, limits)
+
+
+def _check_graph_outputs(graph: onnx.GraphProto, label: str) -> None:
+    seen: set[str] = set()
+    for output in graph.output:
+        if output.name in seen:
+            raise ModelLoadError(f"{label}: graph output '{shorten(output.name)}' is listed twice")
+        seen.add(output.name)
+
+
+def _graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, list[onnx.NodeProto]]]:
+    """Every node list in the model: the main graph, subgraphs at any depth, and functions."""
+    pending: list[tuple[str, onnx.GraphProto]] = [("the main graph", proto.graph)]
+    for function in proto.functions:
+        yield f"function {shorten(function.name)}", list(function.node)
+        pending.extend(_subgraphs(function.node))
+    while pending:
+        where, graph = pending.pop()
+        yield where, list(graph.node)
+        pending.extend(_subgraphs(graph.node))
+
+
+def _subgraphs(nodes) -> Iterator[tuple[str, onnx.GraphProto]]:
+    for node in nodes:
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield f"subgraph {shorten(attribute.name)} of node '{shorten(node.name)}'", attribute.g
+            for graph in attribute.graphs:
+                yield f"subgraph {shorten(attribute.name)} of node '{shorten(node.name)}'", graph
+
+
+def _tensors(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor the model carries: initializers, sparse initializers and attribute tensors."""
+    graphs = [proto.graph]
+    node_lists = [f.node for f in proto.functions]
+    while graphs or node_lists:
+        if graphs:
+            graph = graphs.pop()
+            yield from graph.initializer
+            for sparse in graph.sparse_initializer:
+                yield sparse.values
+                yield sparse.indices
+            node_lists.append(graph.node)
+            continue
+        for node in node_lists.pop():
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                yield from attribute.tensors
+                if attribute.HasField("sparse_tensor"):
+                    yield attribute.sparse_tensor.values
+                    yield attribute.sparse_tensor.indices
+                for sparse in attribute.sparse_tensors:
+                    yield sparse.values
+                    yield sparse.indices
+                if attribute.HasField("g"):
+                    graphs.append(attribute.g)
+                graphs.extend(attribute.graphs)
+
+
+def _declared_bytes(tensor: onnx.TensorProto, label: str, limits: LoadLimits) -> tuple[int, int | None]:
+    """(elements, bytes) the tensor's dims and type declare; bytes is None for strings."""
+    name = shorten(tensor.name)
+    if any(d < 0 for d in tensor.dims):
+        raise ModelLoadError(f"{label}: tensor '{name}' has a negative dimension {list(tensor.dims)[:8]}")
+    elements = math.prod(tensor.dims)
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return elements, None
+    try:
+        itemsize_bits = ir.DataType(tensor.data_type).bitwidth
+    except ValueError as error:
+        raise ModelLoadError(f"{label}: tensor '{name}' has unknown data type {tensor.data_type}") from error
+    nbytes = (elements * itemsize_bits + 7) // 8  # sub-byte types (int4, float4) pack several per byte
+    if nbytes > limits.max_tensor_bytes:
+        raise ModelLoadError(
+            f"{label}: tensor '{name}' declares {nbytes} bytes (shape {list(tensor.dims)[:8]}), over the "
+            f"limit of {limits.max_tensor_bytes}"
+        )
+    return elements, nbytes
+
+
+def _check_tensor(tensor: onnx.TensorProto, label: str, base_dir: Path | None, limits: LoadLimits) -> None:
+    elements, nbytes = _declared_bytes(tensor, label, limits)
+    name = shorten(tensor.name)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        _check_external(tensor, label, base_dir, nbytes)
+        return
+    if tensor.HasField("raw_data"):
+        if nbytes is not None and len(tensor.raw_data) != nbytes:
+            raise ModelLoadError(
+                f"{label}: tensor '{name}' declares shape {list(tensor.dims)[:8]} "
+                f"({nbytes} bytes) but its raw_data holds {len(tensor.raw_data)} bytes"
+            )
+        return
+    field, per_element = _TYPED_FIELD.get(tensor.data_type, (None, 1))
+    if field is None:
+        return
+    held = len(getattr(tensor, field))
+    if held != elements * per_element and held + elements > 0:
+        raise ModelLoadError(
+            f"{label}: tensor '{name}' declares shape {list(tensor.dims)[:8]} ({elements} elements) "
+            f"but its {field} holds {held // per_element}"
+        )
+
+
+def _check_external(tensor: onnx.TensorProto, label: str, base_dir: Path | None, nbytes: int | None) -> None:
+    name = shorten(tensor.name)
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    location = entries.get("location", "")
+    shown = shorten(location, 120)
+
+    def refuse(why: str) -> UnsafeModelError:
+        return UnsafeModelError(f"{label}: tensor '{name}' has external data at {shown!r}: {why}")
+
+    if not location:
+        raise refuse("no location given")
+    if "\x00" in location:
+        raise refuse("the location contains a NUL character")
+    if PurePosixPath(location).is_absolute() or PureWindowsPath(location).is_absolute() or PureWindowsPath(location).drive:
+        raise refuse("an absolute location; external data must be a file inside the model's own directory")
+    if ".." in PurePosixPath(location.replace("\\", "/")).parts:
+        raise refuse("the location contains '..'; external data must be a file inside the model's own directory")
+    if base_dir is None:
+        raise refuse("the model came without a directory, so external data cannot be read (load it from its file or give base_dir)")
+    if nbytes is None:
+        raise refuse("string tensors cannot be stored as external data")
+    root = os.path.realpath(base_dir)
+    resolved = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, resolved]) != root:
+        raise refuse("it resolves outside the model's directory (a symbolic link?)")
+    try:
+        info = os.stat(resolved)
+    except FileNotFoundError:
+        raise refuse("no such file in the model's directory") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise refuse("it is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise refuse("it is not a regular file (a device, FIFO or socket?)")
+    try:
+        offset = int(entries.get("offset", "0"))
+        length = int(entries["length"]) if "length" in entries else info.st_size - offset
+    except ValueError:
+        raise refuse("its offset or length is not an integer") from None
+    if offset < 0 or length < 0:
+        raise refuse(f"negative offset {offset} or length {length}")
+    if offset + length > info.st_size:
+        raise refuse(f"bytes {offset}..{offset + length} run past the file's end ({info.st_size} bytes)")
+    if length != nbytes:
+        raise refuse(f"it holds {length} bytes but shape {list(tensor.dims)[:8]} of this type needs {nbytes}")
+
+
+def _check_ir_external_tensors(model: ir.Model) -> None:
+    """An in-memory model built by our caller: its external tensors must still stay in their directories."""
+    for graph in (model.graph, *model.graph.subgraphs()):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if not isinstance(tensor, ir.ExternalTensor):
+                continue
+            location, base = tensor.location, tensor.base_dir
+            if os.path.isabs(location) or ".." in PurePosixPath(location.replace("\\", "/")).parts or not base:
+                raise UnsafeModelError(
+                    f"<ir.Model>: tensor '{shorten(value.name or '')}' has external data at "
+                    f"{shorten(location, 120)!r} outside a model directory"
+                )
+            root = os.path.realpath(base)
+            if os.path.commonpath([root, os.path.realpath(os.path.join(root, location))]) != root:
+                raise UnsafeModelError(
+                    f"<ir.Model>: tensor '{shorten(value.name or '')}' has external data at "
+                    f"{shorten(location, 120)!r} resolving outside {base}"
+                )
 
 
 def _weight_bytes(model: ir.Model) -> int:

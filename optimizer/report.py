@@ -7,6 +7,10 @@ from typing import Any
 
 import onnx_ir as ir
 
+from optimizer.text import shorten
+
+MAX_REASON_CHARS = 600
+
 
 @dataclass
 class NearMiss:
@@ -17,6 +21,15 @@ class NearMiss:
     step: str
     reason: str
     barrier: str | None = None  # a custom op that broke the pattern, when that is why
+
+    def __post_init__(self) -> None:
+        # Names come from the model (hostile: a name can be megabytes) and reasons quote them,
+        # so every field is bounded before it reaches a reply or a stored row.
+        self.anchor = shorten(self.anchor)
+        self.step = shorten(self.step, 80)
+        self.reason = shorten(self.reason, MAX_REASON_CHARS)
+        if self.barrier is not None:
+            self.barrier = shorten(self.barrier)
 
     @property
     def message(self) -> str:

@@ -1,10 +1,11 @@
 """What a fusion rule is: an anchor op, a `match` that explains itself, and a `rewrite`.
 
 A rule looks at one anchor node at a time. `match` returns
-  - `None` when the node is not a candidate at all (nothing worth telling a user),
-  - `fail(step, reason)` when the pattern matched partly — this is a *near miss*, and the
-    reason is shown to users verbatim, so write it for them ("consumer Gelu is domain ''
-    opset 20"), not for a debugger,
+  - `fail(step, reason)` wherever the pattern does not match, from the very first check on —
+    this is a *near miss*, and the reason is shown to users verbatim, so write it for them
+    ("consumer Gelu is domain '' opset 20"), not for a debugger. "Why did X not fuse?" is the
+    question the product answers, so every anchor that did not fire gets an answer; a rule
+    returning `None` gets the driver's generic one, which says less than the rule could,
   - a `Match` naming the nodes to remove and the values the rewrite will replace.
 The driver (optimizer/optimize.py) checks the safety rules every fusion shares — no
 intermediate value may be a graph output or feed a node outside the match — so each
@@ -76,6 +77,8 @@ class Rule:
     # Rules after which the driver re-runs shape inference: ones that turn shape arithmetic
     # into constants, so dimensions inference could only name become numbers.
     refines_shapes: ClassVar[bool] = False
+    # A whole-graph pass's near misses from its latest run: (node, why it was left alone).
+    graph_misses: list[tuple[ir.Node, Fail]] = []
 
     def match(self, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
         raise NotImplementedError

@@ -20,9 +20,13 @@ import itertools
 import logging
 from functools import partial
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common._c_api_utils import call_onnx_api  # strips and restores weights
+
+from optimizer.match import const_array
+from optimizer.text import shorten
 
 log = logging.getLogger("fusionwatch.optimizer")
 
@@ -33,12 +37,16 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
     With `refine`, values that have a shape also take every dimension inference now knows as a
     number where theirs is symbolic or unknown (inference on the current graph proves it).
     """
-    infer = partial(onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=True)
+    _forget_negative_dims(model)
+    _import_used_domains(model)
+    infer = partial(
+        onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=_data_prop_is_bounded(model)
+    )
     try:
         inferred = call_onnx_api(infer, model)
     except (onnx.shape_inference.InferenceError, RuntimeError) as error:
         # Rules then see fewer shapes and say so in their near misses; the model is unchanged.
-        log.warning("shape inference failed: %s", error)
+        log.warning("shape inference failed: %s", shorten(str(error), 300))
         return
     values = {v.name: v for node in model.graph for v in node.outputs if v.name}
     for info in itertools.chain(inferred.graph.value_info, inferred.graph.output):
@@ -51,6 +59,70 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
         elif refine:
             _refine(value, ir.serde.deserialize_type_proto_for_shape(info.type))
+
+
+def _import_used_domains(model: ir.Model) -> None:
+    """Import, at version 1, every domain a node uses that the model forgot to import.
+
+    onnxruntime runs such models (its own fusion test models use com.microsoft ops without the
+    import) while onnx's inference rejects the whole graph over the one node, and every rule then
+    meets a model without shapes. The import is what the node's domain needs anyway.
+    """
+    imports = model.graph.opset_imports
+    for node in model.graph:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if domain not in imports and not (domain == "" and "ai.onnx" in imports):
+            imports[domain] = 1
+
+
+def _forget_negative_dims(model: ir.Model) -> None:
+    """Make a negative dimension unknown, as it means: ONNX allows none, older exporters wrote -1.
+
+    Read as a number, -1 let ConstantFolding turn Shape(x) into [-1, -1] and the arithmetic after it
+    into nonsense (a Range(0, -1) that is empty, a broadcast to a negative size) — a wrong constant
+    where the model only said "not known" (ONNX Runtime's embed_layer_norm_format8.onnx).
+    """
+    values = [*model.graph.inputs, *model.graph.outputs, *(v for node in model.graph for v in node.outputs)]
+    for value in values:
+        shape = value.shape
+        if shape is not None and any(isinstance(d, int) and d < 0 for d in shape):
+            value.shape = ir.Shape([None if isinstance(d, int) and d < 0 else d for d in shape])
+
+
+# Ops whose output size comes from the values of an input (their "size" input) rather than its size.
+_GENERATORS = {"ConstantOfShape": 0, "Expand": 1, "Tile": 1, "Range": None}
+
+
+def _data_prop_is_bounded(model: ir.Model) -> bool:
+    """Whether onnx's data propagation can run without materializing a huge tensor.
+
+    Data propagation computes shape-like values in C++, and a ConstantOfShape([2e9]) or a
+    Range(0, 2e9) followed by a Cast makes it allocate the whole result (std::bad_alloc, or
+    the machine's memory). Shape inference without it still types every value; it only loses
+    dimensions computed from shape arithmetic. So it is turned off when a generator op's size
+    comes from a constant above the folding budget, or a declared dimension is above it.
+    """
+    from optimizer.fusions.constant_folding import MAX_FOLDED_ELEMENTS, predicted_elements
+
+    declared = [*model.graph.inputs, *model.graph.outputs]
+    if any(isinstance(d, int) and d > MAX_FOLDED_ELEMENTS for v in declared if v.shape is not None for d in v.shape):
+        return False
+    for node in model.graph:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _GENERATORS:
+            continue
+        inputs = [None if v is None else const_array(v) for v in node.inputs]
+        index = _GENERATORS[node.op_type]
+        needed = inputs[:3] if index is None else [inputs[index]]
+        if any(a is None for a in needed):
+            continue
+        if inputs[0] is None:  # Expand's or Tile's data is not constant: its size is at least 1
+            inputs[0] = np.zeros((), np.bool_)
+        try:
+            if predicted_elements(node.op_type, inputs) > MAX_FOLDED_ELEMENTS:
+                return False
+        except (ValueError, IndexError, TypeError, ArithmeticError):
+            return False  # nonsense sizes: let inference type the graph without computing them
+    return True
 
 
 def _refine(value: ir.Value, inferred: ir.Shape | None) -> None:

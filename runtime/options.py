@@ -7,6 +7,7 @@ Levels take our names ("all", "extended", "basic", "layout", "disabled"), ONNX R
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,10 @@ class SessionOptions:
     # A kernel family's library fixed instead of measured, e.g. {"gemm": "numpy"} (families and
     # candidates: runtime/kernels/libraries.py; runtime/kernel_choice.py measures the rest).
     kernel_libraries: dict[str, str] = field(default_factory=dict)
+    # Where a model given as bytes or a ModelProto keeps its external data (onnxruntime's
+    # session.model_external_initializers_file_folder_path). A path's own directory is used for
+    # a path; without either, external data is refused (optimizer/model_io.py says why).
+    external_data_dir: str | os.PathLike | None = None
 
     def __post_init__(self) -> None:
         self.validate()

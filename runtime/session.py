@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from optimizer import ModelLoadError, OptimizeResult, load_model, optimize
+from optimizer import OptimizeResult, load_model, optimize
 from runtime.backends import Backend, numpy_backend
 from runtime.errors import GraphPlanError, InvalidFeedError, InvalidOutputNameError
 from runtime.executor import GraphExecutor
@@ -133,7 +133,7 @@ class InferenceSession:
             keep_freed_memory()
 
         started = time.perf_counter_ns()
-        model, loading_event = _load(path_or_model)
+        model, loading_event = _load(path_or_model, options.external_data_dir)
         loaded = time.perf_counter_ns()
         self.optimize_result: OptimizeResult = optimize(
             model,
@@ -382,20 +382,16 @@ def _is_onnx_dtype(dtype: np.dtype) -> bool:
     return True
 
 
-def _load(source: Any) -> tuple[ir.Model, str]:
-    """The model to optimize (never the caller's own object) and ORT's name for the load event."""
+def _load(source: Any, external_data_dir: str | os.PathLike | None) -> tuple[ir.Model, str]:
+    """The model to optimize (never the caller's own object) and ORT's name for the load event.
+
+    Every form goes through the optimizer's checked loader: a path's external data must stay in
+    its directory, and bytes or a ModelProto may use external data only from `external_data_dir`.
+    """
     if isinstance(source, ir.Model):
-        return source.clone(), "model_loading_array"
-    if isinstance(source, bytes):
-        try:
-            proto = onnx.load_model_from_string(source)
-        except Exception as error:  # protobuf's DecodeError and friends
-            raise ModelLoadError(
-                f"<bytes>: not a serialized ONNX model ({type(error).__name__}: {error})"
-            ) from error
-        return load_model(proto), "model_loading_array"
-    if isinstance(source, onnx.ModelProto):
-        return load_model(source), "model_loading_array"
+        return load_model(source).clone(), "model_loading_array"
+    if isinstance(source, bytes | onnx.ModelProto):
+        return load_model(source, base_dir=external_data_dir), "model_loading_array"
     if isinstance(source, str | os.PathLike):
         return load_model(Path(source)), "model_loading_uri"
     raise TypeError(

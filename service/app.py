@@ -1,4 +1,8 @@
-"""The FastAPI application: routes mounted under /api/v1, one database per app."""
+"""The FastAPI application: routes mounted under /api/v1, one database per app.
+
+`create_app(database_url, config, start_worker=True)` is what `fusionwatch serve` runs: the API plus the
+embedded worker process (service/worker/embedded.py) unless jobs go to Celery (FUSIONWATCH_BROKER_URL).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,18 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 
 from service import migrate
-from service.api.routes import health, models, optimize
-from service.core.config import settings
+from service.api.deps import Services
+from service.api.routes import alerts, health, metrics, projects, results, runs, webhooks
+from service.core.config import Settings, settings
+from service.core.limits import load_limits, upload_limits
 from service.db import make_engine, make_session_factory
+from service.errors import ServiceError
+from service.storage import ModelStore
 
 log = logging.getLogger("fusionwatch.service")
 
@@ -20,14 +30,21 @@ class DatabaseNotMigrated(RuntimeError):
     """The database's schema is not the one this code expects."""
 
 
-def create_app(database_url: str | None = None) -> FastAPI:
-    """The service, on `database_url` (default: settings.database_url, env FUSIONWATCH_DATABASE_URL).
+def create_app(database_url: str | None = None, config: Settings | None = None, start_worker: bool = False) -> FastAPI:
+    """The service, on `database_url` (default: the settings', env FUSIONWATCH_DATABASE_URL).
 
     Starting it (the lifespan) checks that the database is at the newest migration, so a missing
     `fusionwatch db upgrade` fails at once with that advice, not later as "no such table".
     """
-    url = database_url or settings.database_url
+    config = config or settings
+    url = database_url or config.database_url
     engine = make_engine(url)
+    services = Services(
+        settings=config,
+        session_factory=make_session_factory(engine),
+        store=ModelStore(config.data_dir),
+        upload_limits=upload_limits(config),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -38,7 +55,19 @@ def create_app(database_url: str | None = None) -> FastAPI:
                 "run `fusionwatch db upgrade`"
             )
         log.info("database ready", extra={"database": repr(engine.url), "revision": current})
+        worker = None
+        if start_worker and not config.broker_url:
+            from service.worker.embedded import EmbeddedWorker
+
+            worker = EmbeddedWorker(
+                url, config.data_dir, config.machine_class, load_limits(config), config.job_timeout_s,
+                config.max_attempts, config.poll_interval_s, config.log_level, config.custom_ops,
+            )
+            worker.start()
+            app.state.worker = worker
         yield
+        if worker is not None:
+            worker.stop()
         engine.dispose()
 
     app = FastAPI(
@@ -47,8 +76,26 @@ def create_app(database_url: str | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.session_factory = make_session_factory(engine)
-    app.include_router(health.router, prefix="/api/v1")
-    app.include_router(optimize.router, prefix="/api/v1")
-    app.include_router(models.router, prefix="/api/v1")
+    app.state.services = services
+    app.state.worker = None
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, error: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": error.message}, status_code=error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        # One sentence naming the field, and never the submitted value (it may be a tensor's worth).
+        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()[:5]]
+        return JSONResponse({"detail": "; ".join(problems), "errors": problems}, status_code=422)
+
+    for router in (health.router, projects.router, webhooks.router, results.router, runs.router, alerts.router, metrics.router):
+        app.include_router(router, prefix="/api/v1")
+    app.include_router(metrics.router)  # Prometheus scrapes /metrics by default
     return app
+
+
+def serving_app() -> FastAPI:
+    """What `fusionwatch serve` runs (a uvicorn factory): settings read from the environment now, the
+    embedded worker started unless FUSIONWATCH_BROKER_URL sends jobs to Celery."""
+    return create_app(config=Settings(), start_worker=True)

@@ -175,9 +175,18 @@ def run_command(
 def serve_command(
     host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port")] = 8000,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="where uploaded models are kept (default ./var)")
+    ] = None,
 ) -> None:
-    """Start the HTTP service on the database in FUSIONWATCH_DATABASE_URL (run `fusionwatch db upgrade` first)."""
+    """Start the HTTP service and its embedded worker on the database in FUSIONWATCH_DATABASE_URL
+    (run `fusionwatch db upgrade` first). With FUSIONWATCH_BROKER_URL, jobs go to Celery workers instead."""
+    import os
+
     import uvicorn
+
+    if data_dir is not None:
+        os.environ["FUSIONWATCH_DATA_DIR"] = str(data_dir.resolve())
 
     from service import migrate
     from service.core.config import settings
@@ -195,7 +204,7 @@ def serve_command(
     # Logging is quiet by default, so say where to look; uvicorn's own banner is an INFO line.
     err.print(f"fusionwatch serving on http://{host}:{port}/api/v1 (log level {settings.log_level})")
     uvicorn.run(
-        "service.app:create_app",
+        "service.app:serving_app",
         factory=True,
         host=host,
         port=port,

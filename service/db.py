@@ -39,6 +39,11 @@ def _sqlite_engine(database_url: str) -> Engine:
         cursor = dbapi_connection.cursor()
         # SQLite ignores REFERENCES unless asked, per connection, outside a transaction.
         cursor.execute("PRAGMA foreign_keys = ON")
+        # The API and the worker process share the file: in WAL mode a reader never blocks the
+        # writer (nor the writer a reader), and a writer waits for another instead of failing at once.
+        cursor.execute("PRAGMA busy_timeout = 30000")
+        if database and database != ":memory:":
+            cursor.execute("PRAGMA journal_mode = WAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -63,9 +63,9 @@ def fixture_table(paths: list[Path], level: str) -> str:
 
 
 def ort_case_table() -> str:
-    from tests.optimizer.ort_fusion_cases import CASES, run_case, testdata_dir
+    from tests.optimizer.ort_fusion_cases import CASES, ort_testdata_dir, run_case
 
-    folder = testdata_dir()
+    folder = ort_testdata_dir()
     if folder is None:
         raise SystemExit("ONNX Runtime's fusion test models not found; see --help")
     rows = ["| ONNX Runtime test | model | expected fused ops | ours |", "|---|---|---|---|"]

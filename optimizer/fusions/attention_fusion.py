@@ -49,6 +49,7 @@ from optimizer.match import (
     static_shape,
 )
 from optimizer.rule import Match, Rule, fail
+from optimizer.text import preview
 
 # Data-movement ops a Q/K/V or output chain may contain; the layout probe checks them.
 LAYOUT_OPS = ("Reshape", "Transpose", "Split", "Slice")
@@ -68,7 +69,8 @@ class AttentionFusion(Rule):
 
     def match(self, graph: ir.Graph, softmax: ir.Node):
         if rank(softmax.inputs[0]) not in (None, 4):
-            return None  # not a [B, N, S, T] score tensor: some other softmax
+            return fail("softmax", f"{describe(softmax)} normalizes a rank-{rank(softmax.inputs[0])} tensor, not "
+                        "[batch, heads, query, key] attention scores", softmax)
         if attr(softmax, "axis", -1) not in (-1, 3):
             return fail("softmax", f"{describe(softmax)} normalizes axis {attr(softmax, 'axis')}, not the key axis")
         core: list[ir.Node] = [softmax]
@@ -508,7 +510,7 @@ class _Probe:
                     return f"the target shape of {describe(node)} cannot be evaluated"
                 dims = _reshape_dims(array.shape, target, node)
                 if dims is None or int(np.prod(dims)) != array.size:
-                    return f"{describe(node)} target {target.tolist()} does not fit probe shape {list(array.shape)}"
+                    return f"{describe(node)} target {preview(target)} does not fit probe shape {list(array.shape)}"
                 array = array.reshape(dims)
             elif is_op(node, "Split"):
                 array = self._split(node, array, (picks or {}).get(id(node), 0))

@@ -25,7 +25,7 @@ class BiasGeluFusion(Rule):
 
     def match(self, graph: ir.Graph, gelu: ir.Node):
         if is_op(gelu, "FastGelu", MS) and len([v for v in gelu.inputs if v is not None]) > 1:
-            return None  # already has its bias
+            return fail("gelu", f"{describe(gelu)} already has its bias")
         target = "BiasGelu"
         if is_op(gelu, "Gelu"):  # the ONNX op: its approximation decides the fused op
             approximate = attr(gelu, "approximate", "none")

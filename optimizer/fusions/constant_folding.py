@@ -10,8 +10,12 @@ Never folded:
   - ops the evaluator does not cover (silently — there is nothing for a user to fix);
   - nondeterministic ops (RandomNormal...): folding would freeze one random draw;
   - contrib (com.microsoft) and custom domains: we do not know their semantics;
-  - results above MAX_FOLDED_ELEMENTS: see its comment;
-  - nodes producing a graph output: the output must stay a computed, named value.
+  - results above MAX_FOLDED_ELEMENTS: see its comment; the size is predicted from the inputs
+    before evaluating, so a hostile Range or broadcast is never allocated;
+  - nodes producing a graph output: the output must stay a computed, named value;
+  - nodes the spec says cannot be evaluated on these inputs (axes out of range, a `perm` that
+    is a string): left as they are and reported as near misses, never an exception — the
+    runtime then refuses the model or runs it as it decides.
 Constant nodes become initializers here too, as ONNX Runtime does when it loads a model.
 Initializers that only fed folded nodes are removed; other unused initializers are left
 alone (this rule cleans up after itself only).
@@ -26,7 +30,8 @@ import onnx_ir as ir
 
 from optimizer import constant_eval
 from optimizer.match import const_array, is_const, is_op, opset
-from optimizer.rule import Rule
+from optimizer.rule import Rule, fail
+from optimizer.text import preview
 
 # Folding trades run-time work for model-file bytes. A shape-sized result is a clear win;
 # an activation-sized one (ConstantOfShape or Expand building a [batch, heads, seq, seq]
@@ -43,8 +48,8 @@ NONDETERMINISTIC = frozenset(
 )
 
 
-class ConstantFoldingError(RuntimeError):
-    """A constant subgraph that the ONNX spec says cannot be evaluated (the model is invalid)."""
+# What evaluating an invalid node on numpy raises (AxisError is a ValueError and an IndexError).
+EVALUATION_ERRORS = (ValueError, IndexError, TypeError, KeyError, ArithmeticError)
 
 
 class ConstantFolding(Rule):
@@ -53,6 +58,7 @@ class ConstantFolding(Rule):
     refines_shapes = True  # folded shape arithmetic lets inference name dims it could not
 
     def run_on_graph(self, graph: ir.Graph) -> int:
+        self.graph_misses = []
         folded = 0
         fed_folded_nodes: dict[int, ir.Value] = {}
         graph_opset = opset(graph)
@@ -89,15 +95,15 @@ class ConstantFolding(Rule):
             return None
         inputs = [None if v is None else const_array(v) for v in node.inputs]
         try:
-            if node.op_type in ("ConstantOfShape", "Expand", "Tile") and _expands_too_far(node.op_type, inputs):
+            if predicted_elements(node.op_type, inputs) > MAX_FOLDED_ELEMENTS:
                 return None  # checked before evaluating so a huge result is never allocated
             arrays = constant_eval.evaluate(node, inputs, graph_opset)
         except constant_eval.NotEvaluable:
             return None
-        except (ValueError, IndexError, TypeError) as error:
-            raise ConstantFoldingError(
-                f"ConstantFolding: {node.op_type} node '{node.name}' cannot be evaluated on its constant inputs: {error}"
-            ) from error
+        except EVALUATION_ERRORS as error:
+            reason = f"{node.op_type} cannot be evaluated on its constant inputs: {type(error).__name__}: {error}"
+            self.graph_misses.append((node, fail("evaluate", reason)))
+            return None
         if any(a.size > MAX_FOLDED_ELEMENTS for a in arrays):
             return None
         return arrays
@@ -117,15 +123,47 @@ def _too_big(shape: ir.Shape) -> bool:
     return all(isinstance(d, int) for d in shape) and math.prod(shape) > MAX_FOLDED_ELEMENTS
 
 
-def _expands_too_far(op_type: str, inputs: list) -> bool:
-    """Whether a ConstantOfShape/Expand/Tile would produce more than MAX_FOLDED_ELEMENTS."""
+def predicted_elements(op_type: str, inputs: list) -> int:
+    """How many elements `op_type` would produce on `inputs`, without producing them.
+
+    Only ops whose result can outgrow their inputs need a formula; for the rest the largest
+    input (or the inputs' broadcast shape) bounds the result. Raises what evaluating would
+    raise for inputs that make no sense (a zero Range step, shapes that do not broadcast).
+    """
+    arrays = [a for a in inputs if a is not None]
     if op_type == "ConstantOfShape":
-        size = math.prod(int(d) for d in inputs[0].reshape(-1))
-    elif op_type == "Expand":
-        size = math.prod(np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1].reshape(-1))))
-    else:
-        size = inputs[0].size * math.prod(int(d) for d in inputs[1].reshape(-1))
-    return size > MAX_FOLDED_ELEMENTS
+        return math.prod(_dims(inputs[0]))
+    if op_type == "Expand":
+        return math.prod(np.broadcast_shapes(inputs[0].shape, tuple(_dims(inputs[1]))))
+    if op_type == "Tile":
+        return inputs[0].size * math.prod(_dims(inputs[1]))
+    if op_type == "Range":
+        start, limit, delta = (np.asarray(a).reshape(-1)[0].item() for a in inputs[:3])
+        if delta == 0:
+            raise ValueError("Range's delta is 0")
+        return max(math.ceil((limit - start) / delta), 0)
+    if op_type == "Gather":
+        data, indices = inputs[0], inputs[1]
+        # Dividing out the smallest dimension bounds the result whichever axis is gathered.
+        return indices.size * (data.size // max(min(data.shape), 1)) if data.ndim else indices.size
+    if op_type == "MatMul":
+        a, b = inputs[0].shape, inputs[1].shape
+        a2, b2 = (a if len(a) >= 2 else (1, *a)), (b if len(b) >= 2 else (*b, 1))
+        return math.prod(np.broadcast_shapes(a2[:-2], b2[:-2])) * a2[-2] * b2[-1]
+    largest = max((a.size for a in arrays), default=0)
+    if len(arrays) > 1:
+        try:
+            largest = max(largest, math.prod(np.broadcast_shapes(*(a.shape for a in arrays))))
+        except ValueError:
+            pass  # not a broadcasting op (Concat, Reshape ...): its inputs bound it
+    return largest
+
+
+def _dims(array) -> list[int]:
+    dims = [int(d) for d in np.asarray(array).reshape(-1)]
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimension in {preview(dims)}")
+    return dims
 
 
 def _replace_with_initializers(graph: ir.Graph, node: ir.Node, arrays: list[np.ndarray]) -> None:

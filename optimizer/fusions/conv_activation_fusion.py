@@ -32,7 +32,8 @@ class ConvActivationFusion(Rule):
             (n for n in consumers(conv.outputs[0]) if any(is_op(n, op) for op in ACTIVATIONS)), None
         )
         if activation is None:
-            return None
+            readers = ", ".join(describe(n) for n in consumers(conv.outputs[0])) or "nothing"
+            return fail("activation", f"output of {describe(conv)} feeds {readers}, no activation FusedConv takes")
         kind = activation.op_type
         if kind == "LeakyRelu":
             params = [attr(activation, "alpha", 0.01)]

@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from optimizer.match import (
     const_array,
+    describe,
     input_at,
     per_channel_vector,
     producer_and_other,
@@ -28,7 +29,7 @@ class ConvAddFusion(Rule):
     def match(self, graph: ir.Graph, add: ir.Node):
         conv, addend = producer_and_other(add, "Conv")
         if conv is None:
-            return None
+            return fail("conv", f"neither input of {describe(add)} comes from a Conv")
         weight_shape = static_shape(conv.inputs[1])
         if weight_shape is None:
             return fail("weights", f"weights '{value_name(conv.inputs[1])}' of the Conv have no known shape")

@@ -12,7 +12,17 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from optimizer.match import attr, const_array, consumers, input_at, is_op, producer, unique_name, value_name
+from optimizer.match import (
+    attr,
+    const_array,
+    consumers,
+    describe,
+    input_at,
+    is_op,
+    producer,
+    unique_name,
+    value_name,
+)
 from optimizer.rule import Match, Rule, fail
 
 PARAMETERS = ("scale", "bias", "mean", "var")
@@ -26,7 +36,7 @@ class ConvBNFusion(Rule):
     def match(self, graph: ir.Graph, bn: ir.Node):
         conv = producer(bn.inputs[0])
         if not is_op(conv, "Conv"):
-            return None
+            return fail("conv", f"input of {describe(bn)} comes from {describe(conv)}, not a Conv", conv)
         if attr(bn, "training_mode", 0):
             return fail("batchnorm", "BatchNormalization runs in training mode")
         if attr(bn, "spatial", 1) == 0:  # opset < 9: one statistic per element, not per channel

@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from optimizer.match import (
     const_array,
+    describe,
     input_at,
     per_channel_vector,
     producer_and_other,
@@ -27,7 +28,7 @@ class ConvMulFusion(Rule):
     def match(self, graph: ir.Graph, mul: ir.Node):
         conv, factor = producer_and_other(mul, "Conv")
         if conv is None:
-            return None
+            return fail("conv", f"neither input of {describe(mul)} comes from a Conv")
         weights = const_array(conv.inputs[1])
         if weights is None:
             return fail("weights", f"Conv weights '{value_name(conv.inputs[1])}' are not constant")

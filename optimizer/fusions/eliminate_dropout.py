@@ -34,8 +34,9 @@ class EliminateDropout(Rule):
             if users:
                 return fail("mask", f"mask output '{value_name(mask)}' is read by {describe(users[0])}", users[0])
         source = dropout.inputs[0]
-        if stand_in_blocker(source) is not None:
-            return None  # Dropout straight on a graph input or output: keeping it costs one copy
+        blocker = stand_in_blocker(source)
+        if blocker is not None:  # keeping it costs one copy; removing it would rename the interface
+            return fail("interface", f"kept: {blocker}, which the Dropout's output cannot replace")
         return Match(nodes=[dropout], outputs=[dropout.outputs[0]], captures={"source": source})
 
     def rewrite(self, op: ir.tape.Tape, match: Match):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from optimizer.match import stand_in_blocker
-from optimizer.rule import Match, Rule
+from optimizer.match import describe, stand_in_blocker
+from optimizer.rule import Match, Rule, fail
 
 
 class EliminateIdentity(Rule):
@@ -24,8 +24,11 @@ class EliminateIdentity(Rule):
 
     def match(self, graph: ir.Graph, identity: ir.Node):
         source = identity.inputs[0] if identity.inputs else None
-        if source is None or stand_in_blocker(source) is not None:
-            return None  # keeping the Identity is correct here, not a missed optimization
+        if source is None:
+            return fail("input", f"{describe(identity)} has no input")
+        blocker = stand_in_blocker(source)
+        if blocker is not None:  # keeping the Identity is correct here, and said so
+            return fail("interface", f"kept: {blocker}, which the Identity's output cannot replace")
         return Match(nodes=[identity], outputs=[identity.outputs[0]], captures={"source": source})
 
     def rewrite(self, op: ir.tape.Tape, match: Match):

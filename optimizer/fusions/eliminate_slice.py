@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from optimizer.match import attr, const_array, input_at, opset, stand_in_blocker
-from optimizer.rule import Match, Rule
+from optimizer.match import attr, const_array, describe, input_at, opset, stand_in_blocker
+from optimizer.rule import Match, Rule, fail
 
 # Ends at or beyond this reach the end of any real dimension (exporters use INT32_MAX or INT64_MAX).
 END_SENTINEL = np.iinfo(np.int32).max
@@ -25,18 +25,19 @@ class EliminateSlice(Rule):
         data = slice_node.inputs[0]
         bounds = _bounds(graph, slice_node)
         if data is None or bounds is None or data.shape is None:
-            return None
+            why = "its bounds are not constants" if bounds is None else "the shape of its input is unknown"
+            return fail("bounds", f"{describe(slice_node)} may cut something: {why}")
         starts, ends, axes, steps = bounds
         rank = len(data.shape)
         for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
             axis = axis + rank if axis < 0 else axis
             if not 0 <= axis < rank or step != 1 or start != 0:
-                return None
+                return fail("bounds", f"{describe(slice_node)} cuts axis {axis} (start {start}, step {step})")
             dim = data.shape[axis]
             if end < END_SENTINEL and not (isinstance(dim, int) and end >= dim):
-                return None
+                return fail("bounds", f"{describe(slice_node)} ends axis {axis} at {end}, not known to cover its size {dim}")
         if stand_in_blocker(data) is not None:
-            return None
+            return fail("interface", f"kept: {stand_in_blocker(data)}, which the Slice's output cannot replace")
         return Match(nodes=[slice_node], outputs=[slice_node.outputs[0]], captures={"source": data})
 
     def rewrite(self, op: ir.tape.Tape, match: Match):

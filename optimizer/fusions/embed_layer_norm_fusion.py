@@ -2,14 +2,17 @@
 
     word = Gather(word_table, input_ids)
     pos  = Gather(position_table, position_ids)
-    seg  = Gather(segment_table, token_type_ids)          (absent in DistilBERT)
+    seg  = Gather(segment_table, token_type_ids)          (absent in DistilBERT; a constant row, folded into
+                                                           the position table, when called without them)
     LayerNormalization(word + seg + pos, gamma, beta)     (the Adds in any order and nesting)
         => EmbedLayerNormalization(input_ids, token_type_ids, word_table, position_table,
                                    segment_table, gamma, beta, , [position_ids])
     (output, mask_index[, embedding_sum when the sum is also read elsewhere])
 
 Like ONNX Runtime (embed_layer_norm_fusion.cc) the fusion happens only in front of a fused
-com.microsoft.Attention, ids are cast to int32 (the op's only id type), epsilon is copied
+attention, which comes in two forms: com.microsoft.Attention reads the LayerNorm output itself,
+the standard Attention of opset 23 (what the dynamo exporter writes) reads it through the Q, K
+and V projections (`feeds_attention`). Ids are cast to int32 (the op's only id type), epsilon is copied
 from the LayerNormalization, and the op's mask_index output is created but left unread
 (ONNX Runtime's C++ fusion does not fold the attention mask in either).
 
@@ -34,6 +37,7 @@ from optimizer.match import (
     describe,
     is_const,
     is_op,
+    op_key,
     producer,
     rank,
     static_shape,
@@ -42,6 +46,12 @@ from optimizer.match import (
 from optimizer.rule import Match, Rule, fail
 
 ID_DTYPES = (ir.DataType.INT32, ir.DataType.INT64)
+# What lies between a hidden state and an attention op that projects it itself (ONNX Attention-23,
+# MultiHeadAttention, GroupQueryAttention): projections, head split, rotary embedding.
+PROJECTION_OPS = frozenset({"MatMul", "Add", "Gemm", "Reshape", "Transpose", "Split", "Slice", "Mul", "Cast",
+                            "RotaryEmbedding", "com.microsoft.RotaryEmbedding"})
+FUSED_ATTENTION_OPS = frozenset({"Attention", "com.microsoft.MultiHeadAttention", "com.microsoft.GroupQueryAttention"})
+PROJECTION_DEPTH = 8  # GPT-2 at opset 23: Reshape, Gemm, Reshape, Split, Reshape, Transpose, Attention
 LAYER_NORM_DEFAULT_EPSILON = 1e-5
 
 
@@ -53,10 +63,10 @@ class EmbedLayerNormFusion(Rule):
     def match(self, graph: ir.Graph, ln: ir.Node):
         ln_add = producer(ln.inputs[0])
         if not is_op(ln_add, "Add"):
-            return None
+            return fail("embedding", f"input of {describe(ln)} comes from {describe(ln_add)}, not a sum of embedding lookups", ln_add)
         tree = _embedding_tree(ln_add)
-        if tree is None:
-            return None  # not a sum of table lookups: an encoder LayerNorm, say
+        if tree is None:  # an encoder LayerNorm, say
+            return fail("embedding", f"{describe(ln_add)} does not add two or three Gather lookups of embedding tables")
         adds, gathers, folded = tree
         word, others = gathers[0], gathers[1:]
         if folded is not None:  # constant folding already looked the positions up
@@ -79,6 +89,16 @@ class EmbedLayerNormFusion(Rule):
         if failure:
             return failure
         position, segment = _split_position_segment(others)
+        segment_row = None
+        if position is None and len(others) == 2:
+            # Called without token_type_ids, BERT and RoBERTa look the segment row up with a
+            # constant buffer (all 0) expanded to the batch: one constant row added to every
+            # token, which folds exactly into the position table the other lookup reads.
+            for constant, other in ((others[0], others[1]), (others[1], others[0])):
+                row = _uniform_ids(constant.inputs[1])
+                if row is not None and is_const(other.inputs[0]) and 0 <= row < static_shape(constant.inputs[0])[0]:
+                    position, segment_row = other, (constant.inputs[0], row)
+                    break
         if position is None:
             names = ", ".join(f"'{value_name(g.inputs[1])}'" for g in others)
             return fail("embedding", f"cannot tell the position lookup from the segment lookup: ids {names} are "
@@ -93,10 +113,12 @@ class EmbedLayerNormFusion(Rule):
                 return fail("segment", f"segment ids '{value_name(segment_ids)}' have shape {_dims(segment_ids)} but "
                             f"input ids '{value_name(input_ids)}' have {_dims(input_ids)}")
         position_ids = position.inputs[1]
-        if rank(position_ids) != 2 or position_ids.dtype not in ID_DTYPES:
+        if _is_expanded_default_positions(position_ids, input_ids):
+            position_ids = None
+        elif rank(position_ids) != 2 or position_ids.dtype not in ID_DTYPES:
             return fail("position", f"position ids '{value_name(position_ids)}' of {describe(position)} are not "
                         "a 2-D int32/int64 tensor of shape (batch, seq) or (1, seq)")
-        if _is_default_positions(position_ids, input_ids):
+        elif _is_default_positions(position_ids, input_ids):
             position_ids = None
 
         if len(ln.inputs) < 3 or ln.inputs[2] is None:
@@ -107,11 +129,15 @@ class EmbedLayerNormFusion(Rule):
         for role, weight in (("gamma", ln.inputs[1]), ("beta", ln.inputs[2])):
             if static_shape(weight) != (hidden,):
                 return fail("layernorm", f"{role} '{value_name(weight)}' has shape {static_shape(weight)}, not ({hidden},)")
-        if ln.inputs[0].dtype != ir.DataType.FLOAT:
-            return fail("dtype", f"the embedding sum is {ln.inputs[0].dtype}; the fusion handles float")
-        if not any(is_op(user, "Attention", MS) for user in consumers(ln.outputs[0])):
-            return fail("attention", f"{describe(ln)} feeds no com.microsoft.Attention; like ONNX Runtime, the "
-                        "embedding is fused only in front of a fused Attention")
+        # Inference may not type the sum (a model whose shapes it cannot follow); the tables say.
+        dtype = ln.inputs[0].dtype or word.inputs[0].dtype
+        if dtype != ir.DataType.FLOAT:
+            return fail("dtype", f"the embedding sum is {dtype.name.lower() if dtype else 'of unknown type'}; "
+                        "the fusion handles float")
+        if not feeds_attention(ln.outputs[0]):
+            return fail("attention", f"{describe(ln)} feeds no attention (com.microsoft.Attention, or ONNX "
+                        "Attention through its projections); like ONNX Runtime, the embedding is fused only in "
+                        "front of a fused attention")
         # GPT-2 style pre-LN models also read the embedding sum as the first residual: the op's
         # embedding_sum output provides it (ONNX Runtime's Python fusion does the same).
         embedding_sum = ln_add.outputs[0]
@@ -125,6 +151,7 @@ class EmbedLayerNormFusion(Rule):
                 "position_ids": position_ids,
                 "word_table": word.inputs[0],
                 "position_table": position.inputs[0],
+                "segment_row": segment_row,
                 "segment_table": segment.inputs[0] if segment is not None else None,
                 "gamma": ln.inputs[1],
                 "beta": ln.inputs[2],
@@ -149,10 +176,11 @@ class EmbedLayerNormFusion(Rule):
             return fail("position", f"constant '{value_name(folded)}' differs between batch rows; it is not a position embedding")
         segment = others[0] if others else None
         if segment is not None and not segment.inputs[1].is_graph_input():
-            return None
-        if not any(is_op(user, "Attention", MS) for user in consumers(ln.outputs[0])):
-            return fail("attention", f"{describe(ln)} feeds no com.microsoft.Attention; like ONNX Runtime, the "
-                        "embedding is fused only in front of a fused Attention")
+            return fail("segment", f"segment ids '{value_name(segment.inputs[1])}' are computed, not a graph input")
+        if not feeds_attention(ln.outputs[0]):
+            return fail("attention", f"{describe(ln)} feeds no attention (com.microsoft.Attention, or ONNX "
+                        "Attention through its projections); like ONNX Runtime, the embedding is fused only in "
+                        "front of a fused attention")
         embedding_sum = adds[0].outputs[0]
         keep_sum = embedding_sum.is_graph_output() or any(user is not ln for user, _ in embedding_sum.uses())
         return Match(
@@ -178,6 +206,11 @@ class EmbedLayerNormFusion(Rule):
         position_table = match.position_table
         if match.captures.get("folded_positions") is not None:
             name, table = match.folded_positions
+            position_table = op.initializer(ir.tensor(np.ascontiguousarray(table), name=name), name=name)
+        if match.captures.get("segment_row") is not None:
+            segment_table, row = match.segment_row
+            name = f"{value_name(position_table)}/plus_{value_name(segment_table)}_{row}"
+            table = const_array(position_table) + const_array(segment_table)[row]
             position_table = op.initializer(ir.tensor(np.ascontiguousarray(table), name=name), name=name)
         base = f"{self.name}/{match.anchor_name}"
         inputs = [
@@ -237,6 +270,28 @@ def _split_position_segment(others: list[ir.Node]):
     return computed[0], fed[0]
 
 
+# Ops that move, repeat or pick from their first input without changing values: all-equal ids
+# seen through them stay all equal (transformers gathers its token_type_ids buffer by position).
+ID_PASSING_OPS = ("Expand", "Slice", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Cast", "Gather", "GatherElements")
+
+
+def _uniform_ids(ids: ir.Value, limit: int = 6) -> int | None:
+    """k when every id is k: a constant of equal elements, passed through ID_PASSING_OPS only."""
+    value = ids
+    for _ in range(limit):
+        array = const_array(value)
+        if array is not None:
+            flat = array.reshape(-1)
+            if flat.size and np.issubdtype(flat.dtype, np.integer) and np.all(flat == flat[0]):
+                return int(flat[0])
+            return None
+        node = producer(value)
+        if node is None or not any(is_op(node, op) for op in ID_PASSING_OPS):
+            return None
+        value = node.inputs[0]
+    return None
+
+
 def _check_ids(ids: ir.Value, role: str, gather: ir.Node):
     if rank(ids) != 2 or ids.dtype not in ID_DTYPES:
         shown = f"rank-{rank(ids)}" if rank(ids) is not None else "unknown-rank"
@@ -261,7 +316,86 @@ def _is_default_positions(position_ids: ir.Value, input_ids: ir.Value) -> bool:
     return ids.shape[-1] == seq and bool(np.all(ids == np.arange(seq)))
 
 
+def _is_expanded_default_positions(position_ids: ir.Value, input_ids: ir.Value) -> bool:
+    """Expand(0..S-1, a 2-element shape), S the sequence length of the input ids.
+
+    2020-era exports build positions as Unsqueeze(Range(0, Shape(input_ids)[1], 1)) expanded to
+    the ids' shape; with a static sequence, folding may have turned the Range into a constant
+    [1, S] 0..S-1. Every row is 0..S-1, the op's default, so the ids are dropped, as ONNX Runtime
+    drops them (its EmbedLayerNormFusion formats 3 to 9).
+    """
+    expand = producer(position_ids)
+    if not is_op(expand, "Expand") or _vector_length(expand.inputs[1]) != 2:
+        return False
+    positions = expand.inputs[0]
+    if _is_default_positions(positions, input_ids):
+        return True
+    unsqueeze = producer(positions)
+    if is_op(unsqueeze, "Unsqueeze"):
+        axes = attr(unsqueeze, "axes")
+        axes = axes if axes is not None else const_array(unsqueeze.inputs[1] if len(unsqueeze.inputs) > 1 else None)
+        if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] != [0]:
+            return False
+        positions = unsqueeze.inputs[0]
+    counter = producer(positions)
+    return (is_op(counter, "Range") and _scalar_is(counter.inputs[0], 0) and _scalar_is(counter.inputs[2], 1)
+            and _is_sequence_length(counter.inputs[1], input_ids))
+
+
+def _scalar_is(value: ir.Value | None, expected: int) -> bool:
+    array = const_array(value)
+    return array is not None and array.size == 1 and array.reshape(()) == expected
+
+
+def _vector_length(value: ir.Value) -> int | None:
+    """The length of a 1-D shape vector, from its own shape or from what builds it."""
+    shape = static_shape(value)
+    if shape is not None:
+        return shape[0] if len(shape) == 1 else None
+    node = producer(value)
+    if is_op(node, "Shape") and rank(node.inputs[0]) is not None and not node.attributes:
+        return rank(node.inputs[0])
+    if is_op(node, "Concat"):
+        lengths = [_vector_length(v) for v in node.inputs]
+        return None if None in lengths else sum(lengths)
+    return None
+
+
+def _is_sequence_length(value: ir.Value, input_ids: ir.Value) -> bool:
+    """`value` is dimension 1 of the input ids: Gather(Shape(input_ids), 1), maybe Cast, or that number."""
+    node = producer(value)
+    while is_op(node, "Cast") or is_op(node, "Squeeze"):
+        value = node.inputs[0]
+        node = producer(value)
+    seq = input_ids.shape[1] if input_ids.shape is not None and len(input_ids.shape) == 2 else None
+    if isinstance(seq, int) and _scalar_is(value, seq):
+        return True
+    if not is_op(node, "Gather") or not _scalar_is(node.inputs[1], 1):
+        return False
+    shape = producer(node.inputs[0])
+    return is_op(shape, "Shape") and shape.inputs[0] is input_ids and not shape.attributes
+
+
 def _as_int32(op: ir.tape.Tape, ids: ir.Value | None, name: str) -> ir.Value | None:
     if ids is None or ids.dtype == ir.DataType.INT32:
         return ids
     return op.op("Cast", [ids], attributes={"to": int(ir.DataType.INT32)}, name=name)
+
+
+def feeds_attention(hidden: ir.Value) -> bool:
+    """Whether `hidden` is an attention block's input: read by com.microsoft.Attention, or by an
+    attention op that takes projected Q/K/V within PROJECTION_DEPTH projection steps."""
+    if any(is_op(user, "Attention", MS) for user in consumers(hidden)):
+        return True
+    frontier, seen = [hidden], set()
+    for _ in range(PROJECTION_DEPTH):
+        following = []
+        for value in frontier:
+            for user in consumers(value):
+                if op_key(user) in FUSED_ATTENTION_OPS:
+                    return True
+                if op_key(user) in PROJECTION_OPS and id(user) not in seen:
+                    seen.add(id(user))
+                    following += user.outputs
+        frontier = following
+    return False

@@ -40,12 +40,12 @@ class FuseReluClip(Rule):
         if is_op(node, "Clip"):
             clip, first = node, producer(node.inputs[0])
             if not is_op(first, "Relu"):
-                return None
+                return fail("relu", f"input of {describe(clip)} comes from {describe(first)}, not a Relu", first)
             x = first.inputs[0]
         else:
             first = producer(node.inputs[0])
             if not is_op(first, "Clip"):
-                return None
+                return fail("clip", f"input of {describe(node)} comes from {describe(first)}, not a Clip", first)
             clip, x = first, first.inputs[0]
         bounds = _clip_bounds(graph, clip)
         if isinstance(bounds, str):

@@ -62,8 +62,8 @@ class GeluFusion(Rule):
             x, multiplier = split
             if not math.isclose(multiplier, 1 / SQRT2, rel_tol=1e-3):
                 return fail("scale", f"multiplier is {multiplier:.5g}, expected 1/√2 ≈ 0.7071", scale)
-        else:
-            return None  # an Erf that is not scaling its input is some other function
+        else:  # an Erf that is not scaling its input is some other function; said so all the same
+            return fail("scale", f"input of {describe(erf)} comes from {describe(scale)}, not x/√2 or x·(1/√2)", scale)
         dtype_problem = check_gelu_dtype(x, "Gelu")
         if dtype_problem:
             return dtype_problem

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from optimizer.match import MS, attr, consumers, is_op
-from optimizer.rule import Match, Rule
+from optimizer.match import MS, attr, consumers, describe, is_op
+from optimizer.rule import Match, Rule, fail
 
 # The activations FusedGemm runs, with each one's attributes and their ONNX defaults.
 ACTIVATION_DEFAULTS: dict[str, dict[str, float]] = {
@@ -40,7 +40,8 @@ class GemmActivationFusion(Rule):
             (n for n in consumers(gemm.outputs[0]) if any(is_op(n, op) for op in ACTIVATION_DEFAULTS)), None
         )
         if activation is None:
-            return None
+            readers = ", ".join(describe(n) for n in consumers(gemm.outputs[0])) or "nothing"
+            return fail("activation", f"output of {describe(gemm)} feeds {readers}, no activation FusedGemm takes")
         attributes = {name: attr(gemm, name) for name in GEMM_ATTRIBUTES if name in gemm.attributes}
         attributes["activation"] = activation.op_type
         for name, default in ACTIVATION_DEFAULTS[activation.op_type].items():

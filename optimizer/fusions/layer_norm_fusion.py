@@ -33,6 +33,7 @@ from optimizer.match import (
     consumers,
     describe,
     input_at,
+    is_const_close,
     is_op,
     other_input,
     producer,
@@ -57,7 +58,11 @@ class LayerNormFusion(Rule):
         subs = consumers(mean)
         # The mean of a LayerNorm feeds only Subs; any other ReduceMean is not a candidate.
         if not subs or not all(is_op(s, "Sub") for s in subs):
-            return None
+            centering = _centering_mean(x)
+            if centering is not None:  # the second ReduceMean of a LayerNorm: its answer is at the first
+                return fail("variance", f"{describe(mean_node)} is the variance of the LayerNorm centered by "
+                            f"{describe(centering)}; that ReduceMean's near miss says why it did not fuse")
+            return fail("mean", f"{describe(mean_node)} feeds {_readers(mean)}, not the Sub that centers a LayerNorm's input")
         if len(subs) > 2:
             return fail("sub", f"the mean feeds {len(subs)} Subs; a LayerNorm has one (or two in older exports)")
         for sub in subs:
@@ -205,9 +210,23 @@ def variance_chain(square_node: ir.Node, fused_op: str):
 
 
 def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
-    """Div(d, std) or Mul(d, Reciprocal(std)) with d one of `centered`: (normalized value, nodes)."""
+    """Div(d, std) or Mul(d, 1 / std) with d one of `centered`: (normalized value, nodes).
+
+    1 / std is Reciprocal(std) or, as TorchScript exports torch.rsqrt, Div(1, std)."""
     std = sqrt_node.outputs[0]
     user = reader(std, "Div", "Reciprocal")
+    inverts = is_op(user, "Reciprocal") or (
+        is_op(user, "Div") and user.inputs[1] is std and is_const_close(user.inputs[0], 1.0, rtol=0.0)
+    )
+    if inverts:
+        mul = reader(user.outputs[0], "Mul")
+        if mul is None or other_input(mul, user.outputs[0]) not in centered:
+            return fail(
+                "divide",
+                f"1 / the standard deviation ({describe(user)}) feeds {_readers(user.outputs[0])}, "
+                f"not Mul with '{value_name(centered[0])}'",
+            )
+        return mul.outputs[0], [user, mul]
     if is_op(user, "Div"):
         if user.inputs[1] is not std or user.inputs[0] not in centered:
             return fail(
@@ -217,15 +236,6 @@ def normalize_step(sqrt_node: ir.Node, centered: list[ir.Value]):
                 user,
             )
         return user.outputs[0], [user]
-    if is_op(user, "Reciprocal"):
-        mul = reader(user.outputs[0], "Mul")
-        if mul is None or other_input(mul, user.outputs[0]) not in centered:
-            return fail(
-                "divide",
-                f"Reciprocal of the standard deviation feeds {_readers(user.outputs[0])}, "
-                f"not Mul with '{value_name(centered[0])}'",
-            )
-        return mul.outputs[0], [user, mul]
     return fail("divide", f"the standard deviation {describe(sqrt_node)} feeds {_readers(std)}, not Div or Reciprocal")
 
 
@@ -322,6 +332,20 @@ def _same_symbolic_length(weight: ir.Value | None, hidden) -> bool:
         return False
     length = weight.shape[0]
     return isinstance(length, ir.SymbolicDim) and length.value is not None and length == hidden
+
+
+def _centering_mean(squared: ir.Value) -> ir.Node | None:
+    """The ReduceMean m when `squared` is Pow(Sub(a, m), 2) or Mul(d, d) of such a Sub (through a Cast)."""
+    square = producer(squared)
+    if is_op(square, "Cast"):
+        square = producer(square.inputs[0])
+    if not (is_op(square, "Pow") or (is_op(square, "Mul") and square.inputs[0] is square.inputs[1])):
+        return None
+    sub = producer(square.inputs[0])
+    if is_op(sub, "Cast"):
+        sub = producer(sub.inputs[0])
+    mean = producer(sub.inputs[1]) if is_op(sub, "Sub") else None
+    return mean if is_op(mean, "ReduceMean") else None
 
 
 def reader(value: ir.Value, *op_types: str) -> ir.Node | None:

@@ -42,7 +42,7 @@ class MatMulAddFusion(Rule):
                 matmul, bias = producer(input_at(add, index)), input_at(add, 1 - index)
                 break
         if matmul is None:
-            return None
+            return fail("matmul", f"neither input of {describe(add)} comes from a MatMul")
         a, b = matmul.inputs
         dtype = a.dtype
         if dtype not in GEMM_TYPES:
@@ -61,7 +61,7 @@ class MatMulAddFusion(Rule):
                 return fail("addend", f"addend shape {_show(bias_dims)} does not broadcast to Gemm's [{m}, {n}] output")
             return Match(nodes=[matmul, add], outputs=[add.outputs[0]], captures={"a": a, "b": b, "c": bias, "reshape": None})
         if len(a.shape) < 2:
-            return None  # a vector times a matrix: not a Gemm
+            return fail("shape", f"A of {describe(matmul)} is a vector; Gemm multiplies matrices")
         if not all(isinstance(d, int) for d in a.shape) or not all(isinstance(d, int) for d in b.shape):
             return fail(
                 "shapes",

@@ -57,7 +57,7 @@ class MatMulScaleFusion(Rule):
                 output = readers[0].outputs[0]
                 merged = True
         if not merged:
-            return None
+            return fail("scale", f"no input or output of {describe(matmul)} is scaled by a constant")
         if output.dtype is not None and output.dtype not in FUSED_MATMUL_TYPES:
             return fail("dtype", f"{describe(matmul)} computes {output.dtype.name.lower()}; FusedMatMul takes floats")
 

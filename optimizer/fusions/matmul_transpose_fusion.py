@@ -26,7 +26,7 @@ class MatmulTransposeFusion(Rule):
         transposes = [_transpose_feeding(value) for value in matmul.inputs[:2]]
         if not any(isinstance(t, ir.Node) for t in transposes):
             reason = next((t for t in transposes if isinstance(t, str)), None)
-            return None if reason is None else fail("transpose", reason)
+            return fail("transpose", reason or f"no input of {describe(matmul)} comes from a Transpose")
         for flag in ("transBatchA", "transBatchB"):
             if attr(matmul, flag, 0):
                 return fail("batch", f"{describe(matmul)} already has {flag}=1; transA/transB would not compose")
@@ -67,4 +67,5 @@ def _transpose_feeding(value: ir.Value | None) -> ir.Node | str | None:
         return node
     if n >= 2 and perm[-1] < perm[-2]:  # swaps the matrix axes but moves batch axes too
         return f"{describe(node)} has perm {perm}; only a swap of the last two axes folds into FusedMatMul"
-    return None  # a head split or other layout change, not a matrix transpose
+    # a head split or other layout change, not a matrix transpose
+    return f"{describe(node)} has perm {perm}, which keeps the matrix axes in place: not a transpose of them"

@@ -41,7 +41,7 @@ class QuickGeluFusion(Rule):
                         scale,
                     )
                 return self._match(x, float(alpha.reshape(())), [scale, sigmoid, product], product)
-        return None
+        return fail("gate", f"output of {describe(sigmoid)} is not multiplied by its own input (x · Sigmoid(α·x))")
 
     def _match(self, x: ir.Value, alpha: float, nodes: list[ir.Node], product: ir.Node):
         dtype_problem = check_gelu_dtype(x, "QuickGelu")

@@ -44,10 +44,13 @@ class ReshapeFusion(Rule):
     def match(self, graph: ir.Graph, reshape: ir.Node):
         data, target = reshape.inputs[0], input_at(reshape, 1)
         concat = producer(target)
-        if not is_op(concat, "Concat") or const_array(target) is not None:
-            return None
-        if attr(reshape, "allowzero", 0):
-            return None  # 0 would mean a zero-sized dimension, not "copy"
+        if const_array(target) is not None:
+            return fail("shape", f"the target shape of {describe(reshape)} is already a constant")
+        if not is_op(concat, "Concat"):
+            return fail("shape", f"the target shape of {describe(reshape)} comes from {describe(concat)}, not a Concat "
+                        "of dimensions", concat)
+        if attr(reshape, "allowzero", 0):  # 0 would mean a zero-sized dimension, not "copy"
+            return fail("allowzero", f"{describe(reshape)} has allowzero=1: a 0 in its shape is a size, not a copy")
         elements: list[int | None] = []
         chain: list[ir.Node] = [concat]
         for piece in concat.inputs:

@@ -23,8 +23,8 @@ from optimizer.fusions.layer_norm_fusion import (
     square_exponent,
     variance_chain,
 )
-from optimizer.match import is_op, producer
-from optimizer.rule import Fail, Match, Rule
+from optimizer.match import describe, is_op, producer, through_noop_casts
+from optimizer.rule import Fail, Match, Rule, fail
 
 
 class SimplifiedLayerNormFusion(Rule):
@@ -36,10 +36,12 @@ class SimplifiedLayerNormFusion(Rule):
         square_node = producer(var_node.inputs[0])
         is_square_mul = is_op(square_node, "Mul") and square_node.inputs[0] is square_node.inputs[1]
         if not (is_square_mul or is_op(square_node, "Pow")):
-            return None  # not the mean of a square
+            return fail("square", f"input of {describe(var_node)} comes from {describe(square_node)}, not a square "
+                        "(Pow(x, 2) or x·x)", square_node)
         x = square_node.inputs[0]
         if _is_centered(x):
-            return None  # a LayerNorm's variance
+            return fail("square", f"{describe(var_node)} is a LayerNorm's variance (it squares x - mean), "
+                        "LayerNormFusion's pattern")
         square_extra: list[ir.Node] = []
         if not is_square_mul:
             square = square_exponent(square_node)
@@ -65,10 +67,13 @@ class SimplifiedLayerNormFusion(Rule):
         if isinstance(tail, Fail):
             return tail
         gamma, _, tail_nodes = tail
+        # Llama's RMSNorm starts with hidden_states.to(float32): on float32 data a no-op Cast the
+        # fused op can read past, so a residual Add in front of it stays visible to SkipLayerNorm.
+        source, _ = through_noop_casts(x)
         return Match(
             nodes=[square_node, *square_extra, var_node, eps_node, sqrt_node, *scale_nodes, *tail_nodes],
             outputs=[tail_nodes[-1].outputs[0]],
-            captures={"x": x, "gamma": gamma, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
+            captures={"x": source, "gamma": gamma, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
         )
 
     def rewrite(self, op: ir.tape.Tape, match: Match):

@@ -1,5 +1,10 @@
 """SkipLayerNormFusion: residual Add [+ bias Add] -> LayerNormalization => com.microsoft.SkipLayerNormalization.
 
+The RMS norm comes in two forms, ONNX Runtime's SimplifiedLayerNormalization (what our
+SimplifiedLayerNormFusion emits) and the standard RMSNormalization of opset 23 (what PyTorch's
+dynamo exporter writes for Llama-style models); after a residual Add either one becomes
+com.microsoft.SkipSimplifiedLayerNormalization, which takes no beta.
+
     LayerNormalization(Add(x, skip))                 => SkipLayerNormalization(x, skip, gamma, beta)
     LayerNormalization(Add(Add(x, bias), skip))      => SkipLayerNormalization(x, skip, gamma, beta, bias)
     LayerNormalization(Add(x, Add(skip, bias)))      => SkipLayerNormalization(x, skip, gamma, beta, bias)
@@ -28,28 +33,31 @@ LAYER_NORM_DEFAULT_EPSILON = 1e-5
 
 class SkipLayerNormFusion(Rule):
     name = "SkipLayerNormFusion"
-    anchors = ("LayerNormalization",)
+    anchors = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization")
     emits = ("com.microsoft.SkipLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization")
 
     def match(self, graph: ir.Graph, ln: ir.Node):
+        simplified = not is_op(ln, "LayerNormalization")
+        fused = "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization"
         add = producer(ln.inputs[0])
         if not is_op(add, "Add"):
-            return None  # a LayerNorm without a residual Add in front
+            return fail("residual", f"input of {describe(ln)} comes from {describe(add)}, not a residual Add", add)
         if any(output.uses() or output.is_graph_output() for output in ln.outputs[1:]):
-            return fail("layernorm", f"{describe(ln)} also returns its Mean/InvStdDev, which SkipLayerNormalization does not")
+            return fail("layernorm", f"{describe(ln)} also returns its Mean/InvStdDev, which {fused} does not")
         x_rank = rank(ln.inputs[0])
         axis = int(attr(ln, "axis", -1))
         if axis != -1 and not (x_rank is not None and axis == x_rank - 1):
-            return fail("layernorm", f"{describe(ln)} normalizes from axis {axis}; SkipLayerNormalization normalizes the last axis only")
-        gamma, beta = ln.inputs[1], (ln.inputs[2] if len(ln.inputs) > 2 else None)
+            return fail("layernorm", f"{describe(ln)} normalizes from axis {axis}; {fused} normalizes the last axis only")
+        gamma = ln.inputs[1]
+        beta = ln.inputs[2] if len(ln.inputs) > 2 and not simplified else None
         for role, weight in (("gamma", gamma), ("beta", beta)):
             if weight is not None and (static_shape(weight) is None or len(static_shape(weight)) != 1):
                 return fail("layernorm", f"{role} '{value_name(weight)}' of {describe(ln)} is not 1-D")
         dtype = ln.inputs[0].dtype
         if dtype is not None and dtype not in FUSABLE_DTYPES:
-            return fail("dtype", f"input of {describe(ln)} is {dtype.name.lower()}; SkipLayerNormalization takes float or float16")
+            return fail("dtype", f"input of {describe(ln)} is {dtype.name.lower()}; {fused} takes float or float16")
 
-        failure = _check_residual(add)
+        failure = _check_residual(add, fused)
         if failure:
             return failure
         x, skip = add.inputs[0], add.inputs[1]
@@ -75,7 +83,8 @@ class SkipLayerNormFusion(Rule):
             nodes=nodes,
             outputs=outputs,
             captures={
-                "inputs": [x, skip, gamma, beta, bias],
+                "op_type": fused,
+                "inputs": [x, skip, gamma, bias] if simplified else [x, skip, gamma, beta, bias],
                 "epsilon": float(attr(ln, "epsilon", LAYER_NORM_DEFAULT_EPSILON)),
                 "keep_sum": keep_sum,
             },
@@ -86,16 +95,14 @@ class SkipLayerNormFusion(Rule):
         while inputs[-1] is None:  # optional trailing inputs are left out, not passed empty
             inputs.pop()
         if not match.keep_sum:
-            return op.op("SkipLayerNormalization", inputs, attributes={"epsilon": match.epsilon}, domain=MS)
+            return op.op(match.op_type, inputs, attributes={"epsilon": match.epsilon}, domain=MS)
         # outputs: output, mean, inv_std_var, input_skip_bias_sum; the middle two stay empty
         outputs = [ir.Value(), ir.Value(name=""), ir.Value(name=""), ir.Value()]
-        op.op_multi_out(
-            "SkipLayerNormalization", inputs, attributes={"epsilon": match.epsilon}, domain=MS, outputs=outputs
-        )
+        op.op_multi_out(match.op_type, inputs, attributes={"epsilon": match.epsilon}, domain=MS, outputs=outputs)
         return [outputs[0], outputs[3]]
 
 
-def _check_residual(add: ir.Node):
+def _check_residual(add: ir.Node, fused: str):
     """Both residual inputs rank 3 with equal shapes: ONNX Runtime's SkipLayerNorm kernel doesn't broadcast."""
     shapes = []
     for value in add.inputs:
@@ -103,14 +110,14 @@ def _check_residual(add: ir.Node):
         if value_rank != 3:
             shown = "unknown rank" if value_rank is None else f"rank-{value_rank}"
             return fail("residual", f"residual {describe(add)} has {shown} input '{value_name(value)}'; "
-                        "SkipLayerNormalization needs rank 3 (batch, sequence, hidden)")
+                        f"{fused} needs rank 3 (batch, sequence, hidden)")
         shapes.append(value.shape if value.shape is not None else static_shape(value))
     for a, b in zip(shapes[0], shapes[1], strict=True):
         # Differently named dimensions may differ at run time (one may be 1), so, as in ONNX
         # Runtime, each dimension must be the same number or the same name.
         if str(a) != str(b) or (a is None or b is None):
             return fail("residual", f"inputs of residual {describe(add)} have shapes {_dims(shapes[0])} and "
-                        f"{_dims(shapes[1])}; SkipLayerNormalization does not broadcast")
+                        f"{_dims(shapes[1])}; {fused} does not broadcast")
     return None
 
 

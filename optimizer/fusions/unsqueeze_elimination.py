@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from optimizer.match import attr, const_array, input_at, opset, unique_name, value_name
+from optimizer.match import attr, const_array, describe, input_at, opset, unique_name, value_name
 from optimizer.rule import Match, Rule, fail
+from optimizer.text import preview
 
 
 class UnsqueezeElimination(Rule):
@@ -21,9 +22,10 @@ class UnsqueezeElimination(Rule):
     def match(self, graph: ir.Graph, unsqueeze: ir.Node):
         data = unsqueeze.inputs[0]
         if data is None or data.const_value is None or data.is_graph_input() or data.producer() is not None:
-            return None  # only initializers; Constant nodes and other constants are ConstantFolding's
+            # only initializers; Constant nodes and other constants are ConstantFolding's
+            return fail("input", f"input of {describe(unsqueeze)} is not an initializer")
         if unsqueeze.outputs[0].is_graph_output():
-            return None  # a graph output must stay a computed value
+            return fail("output", f"output of {describe(unsqueeze)} is a graph output, which must stay a computed value")
         if opset(graph) < 13:
             axes = attr(unsqueeze, "axes")
         else:
@@ -35,7 +37,7 @@ class UnsqueezeElimination(Rule):
         out_rank = array.ndim + len(axes)
         normalized = sorted(a + out_rank if a < 0 else a for a in axes)
         if len(set(normalized)) != len(normalized) or not all(0 <= a < out_rank for a in normalized):
-            return fail("axes", f"axes {list(axes)} are invalid for a rank-{array.ndim} input")
+            return fail("axes", f"axes {preview(axes)} are invalid for a rank-{array.ndim} input")
         for axis in normalized:
             array = array.reshape(array.shape[:axis] + (1,) + array.shape[axis:])
         name = unique_name(graph, f"{data.name}_unsqueezed")

@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.core.config import Settings
+from service.storage import ModelStore
+from service.usecases.models import UploadLimits
+
+
+@dataclass
+class Services:
+    """What one app was built with (service.app.create_app): each app, and each test, has its own."""
+
+    settings: Settings
+    session_factory: sessionmaker[Session]
+    store: ModelStore
+    upload_limits: UploadLimits
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    # The factory lives on the app (see service.app.create_app), so each app, and each test, has its own database.
-    with request.app.state.session_factory() as session:
+    with request.app.state.services.session_factory() as session:
         yield session
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+ServicesDep = Annotated[Services, Depends(get_services)]

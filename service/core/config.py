@@ -25,6 +25,26 @@ class Settings(BaseSettings):
     database_url: str = f"sqlite:///{REPO_ROOT / 'var' / 'fusionwatch.db'}"
     # Quiet by default: a service that logs every request buries the one line that matters.
     log_level: LogLevel = "WARNING"
+    # Uploaded model files, content-addressed: <data_dir>/models/<sha256>/<file>.
+    data_dir: Path = REPO_ROOT / "var"
+    # Hostile-input limits (issue: every upload is hostile until checked). An upload over
+    # max_upload_mb gets 413; a model over max_nodes nodes or with a tensor declaring more than
+    # max_tensor_mb gets 422 naming the limit.
+    max_upload_mb: int = 1024
+    max_nodes: int = 50_000
+    max_tensor_mb: int = 4096
+    # Unset: jobs run in the embedded worker process `fusionwatch serve` spawns. redis://...: jobs go to
+    # Celery on that broker, one queue per machine class, for `fusionwatch worker` on any machine.
+    broker_url: str | None = None
+    # The machine class this process's worker measures for (and the queue it listens on).
+    machine_class: str = "cpu"
+    # A job running longer is killed and retried; after max_attempts it fails with its reason.
+    job_timeout_s: float = 1800.0
+    max_attempts: int = 2
+    # Python modules defining custom-op kernels for both engines (service/engines/custom_ops.py), comma-separated.
+    custom_ops: str = ""
+    # Seconds between the embedded worker's looks at the queue when it is idle.
+    poll_interval_s: float = 0.5
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx
-
-from optimizer import LEVEL_NAMES
+from optimizer import DEFAULT_LIMITS, LEVEL_NAMES, LoadLimits, ModelLoadError, check_model_file
 from service.engines.base import Engine, EngineError
+from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.feeds import FeedError, make_feeds
 from service.engines.native import FusionwatchEngine
 from service.engines.onnxruntime import OnnxruntimeEngine
@@ -53,10 +52,14 @@ def run_engine(
     warmup: int = 2,
     threads: int = 0,
     sequence_length: int = 128,
+    limits: LoadLimits = DEFAULT_LIMITS,
+    disabled: list[str] | tuple[str, ...] = (),
+    custom_ops: CustomOps = NO_CUSTOM_OPS,
 ) -> EngineResult:
     """Optimize MODEL at `level` with engine `name`, run it `warmup + runs` times, and report.
 
-    Timings are over the last `runs` runs. Symbolic input dimensions other than the batch
+    Timings are over the last `runs` runs. `disabled` names optimizer rules to switch off, by ONNX
+    Runtime's names, in either engine. Symbolic input dimensions other than the batch
     become `sequence_length` (see feeds.py).
     """
     engine = engine_named(name)
@@ -74,14 +77,16 @@ def run_engine(
     if not path.is_file():
         raise EngineError(name, level, path, "no such model file")
     try:
+        # The one checked loader, before either engine opens the file: onnxruntime resolves
+        # external data itself, so it is only given files whose data stays in their directory.
         # The graph only: feeds need input types and embedding table shapes, not weights on disk.
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as error:  # protobuf's DecodeError and friends
-        raise EngineError(
-            name, level, path, f"not a readable ONNX model ({type(error).__name__}: {error})"
-        ) from error
+        model = check_model_file(path, limits)
+    except ModelLoadError as error:
+        raise EngineError(name, level, path, str(error)) from error
     try:
         feeds = make_feeds(model, sequence_length)
     except FeedError as error:
         raise EngineError(name, level, path, f"cannot make inputs: {error}") from error
-    return engine.run(path, level, feeds, runs=runs, warmup=warmup, threads=threads)
+    return engine.run(
+        path, level, feeds, runs=runs, warmup=warmup, threads=threads, disabled=tuple(disabled), custom_ops=custom_ops
+    )

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
+from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.result import EngineResult
 
 
@@ -48,6 +49,8 @@ class Engine(Protocol):
         runs: int,
         warmup: int,
         threads: int,
+        disabled: tuple[str, ...] = (),
+        custom_ops: CustomOps = NO_CUSTOM_OPS,
     ) -> EngineResult: ...
 
 

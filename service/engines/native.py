@@ -17,6 +17,7 @@ import numpy as np
 
 import runtime
 from service.engines.base import failing_as
+from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.feeds import describe_feeds, feeds_digest
 from service.engines.result import EngineResult, read_timings
 
@@ -36,21 +37,25 @@ class FusionwatchEngine:
         runs: int,
         warmup: int,
         threads: int,
+        disabled: tuple[str, ...] = (),
+        custom_ops: CustomOps = NO_CUSTOM_OPS,
     ) -> EngineResult:
         with tempfile.TemporaryDirectory(prefix="fusionwatch-engine-") as folder:
             options = runtime.SessionOptions(
                 graph_optimization_level=level,
                 intra_op_num_threads=threads,
+                disabled_optimizers=list(disabled),
                 enable_profiling=True,
                 profile_file_prefix=str(Path(folder) / "fusionwatch_profile"),
             )
             with failing_as(self.name, level, model_path, "could not create a session"):
                 started = time.perf_counter()
-                session = runtime.InferenceSession(model_path, options)
+                session = runtime.InferenceSession(model_path, options, extra_kernels=custom_ops.kernels)
                 session_ms = (time.perf_counter() - started) * 1000
             with failing_as(self.name, level, model_path, "failed while running"):
+                output_names = [o.name for o in session.get_outputs()]
                 for _ in range(warmup + runs):
-                    session.run(None, feeds)
+                    outputs = session.run(None, feeds)
             with failing_as(self.name, level, model_path, "could not read its profile trace"):
                 timings = read_timings(session.end_profiling(), warmup)
         report = session.optimize_result.report
@@ -66,6 +71,11 @@ class FusionwatchEngine:
             nodes_after=report.nodes_after,
             model_run_ms=timings.model_run_ms,
             execute_ms=timings.execute_ms,
+            model_run_samples_ms=timings.model_run_samples_ms,
+            execute_samples_ms=timings.execute_samples_ms,
+            top_kernels=timings.top_kernels,
+            outputs=dict(zip(output_names, outputs, strict=True)),
+            peak_bytes=session.peak_bytes,
             session_ms=session_ms,
             inputs=describe_feeds(feeds),
             feeds_digest=feeds_digest(feeds),

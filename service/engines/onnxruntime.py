@@ -32,6 +32,7 @@ from optimizer.levels import LEVELS
 from optimizer.match import op_key
 from runtime.options import ORT_LEVEL_NAMES
 from service.engines.base import failing_as
+from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.feeds import describe_feeds, feeds_digest
 from service.engines.result import EngineResult, read_timings
 
@@ -92,11 +93,13 @@ class OnnxruntimeEngine:
         runs: int,
         warmup: int,
         threads: int,
+        disabled: tuple[str, ...] = (),
+        custom_ops: CustomOps = NO_CUSTOM_OPS,
     ) -> EngineResult:
         member, value = graph_optimization_level(level)
         with tempfile.TemporaryDirectory(prefix="fusionwatch-onnxruntime-") as name:
             folder = Path(name)
-            options = _options(value)
+            options = _options(value, custom_ops)
             options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
@@ -104,14 +107,17 @@ class OnnxruntimeEngine:
             options.profile_file_prefix = str(folder / "onnxruntime_profile")
             with failing_as(self.name, level, model_path, f"could not create a session at {member}"):
                 started = time.perf_counter()
-                session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+                session = ort.InferenceSession(
+                    str(model_path), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+                )
                 session_ms = (time.perf_counter() - started) * 1000
             with failing_as(self.name, level, model_path, "failed while running"):
+                output_names = [o.name for o in session.get_outputs()]
                 for _ in range(warmup + runs):
-                    session.run(None, dict(feeds))
+                    outputs = session.run(None, dict(feeds))
             with failing_as(self.name, level, model_path, "could not read its profile trace"):
                 timings = read_timings(session.end_profiling(), warmup)
-            graph, graph_error = self._optimized_graph(model_path, member, value, folder)
+            graph, graph_error = self._optimized_graph(model_path, member, value, folder, disabled, custom_ops)
         if graph is None:
             ops_after, fusions, nodes_after = {}, {}, None
         else:
@@ -130,6 +136,10 @@ class OnnxruntimeEngine:
             nodes_after=nodes_after,
             model_run_ms=timings.model_run_ms,
             execute_ms=timings.execute_ms,
+            model_run_samples_ms=timings.model_run_samples_ms,
+            execute_samples_ms=timings.execute_samples_ms,
+            top_kernels=timings.top_kernels,
+            outputs=dict(zip(output_names, outputs, strict=True)),
             session_ms=session_ms,
             inputs=describe_feeds(feeds),
             feeds_digest=feeds_digest(feeds),
@@ -137,7 +147,8 @@ class OnnxruntimeEngine:
         )
 
     def _optimized_graph(
-        self, model_path: Path, member: str, value: ort.GraphOptimizationLevel, folder: Path
+        self, model_path: Path, member: str, value: ort.GraphOptimizationLevel, folder: Path, disabled: tuple[str, ...],
+        custom_ops: CustomOps,
     ) -> tuple[onnx.ModelProto | None, str | None]:
         """onnxruntime's optimized graph (weights left on disk), or None and the reason it is missing.
 
@@ -146,7 +157,7 @@ class OnnxruntimeEngine:
         in the result rather than discarding the timings.
         """
         path = folder / OPTIMIZED_MODEL
-        options = _options(value)
+        options = _options(value, custom_ops)
         options.intra_op_num_threads = 1  # this session only writes the graph; it never runs
         options.optimized_model_filepath = str(path)
         # Weights go beside the graph, so models over protobuf's 2 GiB can be written and the
@@ -158,7 +169,9 @@ class OnnxruntimeEngine:
             "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
         )
         try:
-            ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(
+                str(model_path), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+            )
             return onnx.load(str(path), load_external_data=False), None
         except Exception as error:
             return None, (
@@ -167,8 +180,10 @@ class OnnxruntimeEngine:
             )
 
 
-def _options(level: ort.GraphOptimizationLevel) -> ort.SessionOptions:
+def _options(level: ort.GraphOptimizationLevel, custom_ops: CustomOps) -> ort.SessionOptions:
     options = ort.SessionOptions()
+    for library in custom_ops.ort_libraries:
+        options.register_custom_ops_library(library)
     options.graph_optimization_level = level
     # Errors only: warnings (such as the NCHWc serialization one) would land in the service's
     # stderr beside its JSON logs, and every failure still surfaces as an exception.

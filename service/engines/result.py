@@ -37,6 +37,12 @@ class RunTimings:
     runs: int
     model_run_ms: TimingStats
     execute_ms: TimingStats  # SequentialExecutor::Execute: the run less feeding and fetching
+    model_run_samples_ms: list[float] = field(default_factory=list)  # every timed run, in order
+    execute_samples_ms: list[float] = field(default_factory=list)
+    top_kernels: list[dict[str, float | str]] = field(default_factory=list)  # {"op", "ms"} slowest first
+
+
+TOP_KERNELS = 10
 
 
 def read_timings(trace: str | Path, warmup: int) -> RunTimings:
@@ -48,7 +54,12 @@ def read_timings(trace: str | Path, warmup: int) -> RunTimings:
             "SequentialExecutor::Execute event(s); was the session run sequentially?"
         )
     return RunTimings(
-        table.runs, TimingStats.from_us(table.model_run_us), TimingStats.from_us(table.execute_us)
+        table.runs,
+        TimingStats.from_us(table.model_run_us),
+        TimingStats.from_us(table.execute_us),
+        model_run_samples_ms=[us / 1000 for us in table.model_run_us],
+        execute_samples_ms=[us / 1000 for us in table.execute_us],
+        top_kernels=[{"op": op.op, "ms": op.us_per_run / 1000} for op in table.ops[:TOP_KERNELS]],
     )
 
 
@@ -71,6 +82,15 @@ class EngineResult:
     # Why ops_after, fusions and nodes_after are empty when the engine ran but its optimized
     # graph could not be read back (onnxruntime failing to save it); None otherwise.
     graph_error: str | None = None
+    model_run_samples_ms: list[float] = field(default_factory=list)  # every timed run, warm-up excluded
+    execute_samples_ms: list[float] = field(default_factory=list)
+    top_kernels: list[dict[str, float | str]] = field(default_factory=list)
+    peak_bytes: int | None = None  # peak live intermediates (our executor only)
+    # The last run's outputs, for the numeric check against level `disabled`; never serialized
+    # (replies and logs quote no tensor).
+    outputs: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["outputs"]
+        return data

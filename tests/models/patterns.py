@@ -744,6 +744,12 @@ def _variance_tail(x_centered, *, opset, axes, square, exponent, cast_exponent, 
     ]
     if divide == "div":
         nodes.append(helper.make_node("Div", [x_centered, f"{prefix}/Sqrt_output_0"], [f"{prefix}/Div_output_0"], name=f"{prefix}/Div"))
+    elif divide == "div_one":  # torch.rsqrt through TorchScript: Div(1, std), then Mul
+        inits.append(_scalar(f"{prefix}/one", 1.0))
+        nodes += [
+            helper.make_node("Div", [f"{prefix}/one", f"{prefix}/Sqrt_output_0"], [f"{prefix}/Reciprocal_output_0"], name=f"{prefix}/Div"),
+            helper.make_node("Mul", [x_centered, f"{prefix}/Reciprocal_output_0"], [f"{prefix}/Div_output_0"], name=f"{prefix}/Mul_rsqrt"),
+        ]
     else:
         nodes += [
             helper.make_node("Reciprocal", [f"{prefix}/Sqrt_output_0"], [f"{prefix}/Reciprocal_output_0"], name=f"{prefix}/Reciprocal"),
@@ -811,13 +817,21 @@ def layer_norm(
 
 
 def rms_norm(*, opset=14, square="pow", exponent=2.0, divide="reciprocal", axes=(-1,), epsilon=1e-6,
-             gamma_first=True, extra_outputs=(), extra_consumer=None):
-    """Llama's RMSNorm: x -> Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul(x) -> Mul(gamma) -> y."""
+             gamma_first=True, extra_outputs=(), extra_consumer=None, cast=False):
+    """Llama's RMSNorm: x -> Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul(x) -> Mul(gamma) -> y.
+
+    cast: x.to(float32) first, a no-op Cast on float32 data (transformers' LlamaRMSNorm)."""
     p = "/ln"
-    nodes, inits, normalized = _variance_tail(
-        "x", opset=opset, axes=axes, square=square, exponent=exponent, cast_exponent=False,
+    nodes = []
+    source = "x"
+    if cast:
+        nodes.append(helper.make_node("Cast", ["x"], [f"{p}/x_f"], name=f"{p}/Cast", to=TensorProto.FLOAT))
+        source = f"{p}/x_f"
+    tail_nodes, inits, normalized = _variance_tail(
+        source, opset=opset, axes=axes, square=square, exponent=exponent, cast_exponent=False,
         epsilon=epsilon, eps_const=True, divide=divide, prefix=p,
     )
+    nodes += tail_nodes
     gamma_inputs = [f"{p}/gamma", normalized] if gamma_first else [normalized, f"{p}/gamma"]
     nodes.append(helper.make_node("Mul", gamma_inputs, ["y"], name=f"{p}/Mul"))
     inits.append(_vector(f"{p}/gamma", (16,), seed=3))
@@ -830,8 +844,11 @@ def rms_norm(*, opset=14, square="pow", exponent=2.0, divide="reciprocal", axes=
 
 
 def skip_layer_norm(*, bias=None, sum_consumed=False, x_shape=NORM_SHAPE, skip_shape=NORM_SHAPE, axis=-1,
-                    epsilon=1e-5, opset=17, extra_outputs=()):
+                    epsilon=1e-5, opset=17, extra_outputs=(), norm="LayerNormalization"):
     """x + skip [+ bias] -> LayerNormalization('/ln'): `bias` is None, "x" (Add(x, b) first) or "skip".
+
+    norm: "LayerNormalization", or an RMS norm in either form: "SimplifiedLayerNormalization"
+    (onnxruntime's, ONNX domain) or "RMSNormalization" (opset 23); those take no beta.
 
     `sum_consumed` adds the next residual: Add(ln_out, residual sum), as in GPT-2's pre-LN blocks.
     """
@@ -844,8 +861,8 @@ def skip_layer_norm(*, bias=None, sum_consumed=False, x_shape=NORM_SHAPE, skip_s
         x, skip = ("/ln/biased", skip) if bias == "x" else (x, "/ln/biased")
     nodes += [
         helper.make_node("Add", [x, skip], ["/ln/residual"], name="/ln/ResidualAdd"),
-        helper.make_node("LayerNormalization", ["/ln/residual", "/ln/gamma", "/ln/beta"], ["y"], name="/ln",
-                         axis=axis, epsilon=epsilon),
+        helper.make_node(norm, ["/ln/residual", "/ln/gamma", "/ln/beta"][:3 if norm == "LayerNormalization" else 2],
+                         ["y"], name="/ln", axis=axis, epsilon=epsilon),
     ]
     outputs = ["y"]
     if sum_consumed:
@@ -875,8 +892,11 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
                      opset=17):
     """BERT's embeddings: word + segment + position lookups -> Add -> Add -> LayerNormalization -> Attention.
 
+    `segment`: True (a token_type_ids input), False (DistilBERT) or "buffer" (BERT called without
+    token_type_ids: all-zero ids from a buffer, picked by position and expanded to the batch).
     `position`: "slice" (today's exporters: Slice of a [1, P] position_ids buffer to the
-    sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), or "input" (a third
+    sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), "range" (Range(0, seq)
+    expanded to the shape of input_ids, as 2020-era exports built them), or "input" (a third
     graph input, so position and segment ids can't be told apart). The Attention is
     com.microsoft.Attention, as AttentionFusion leaves it.
     """
@@ -898,6 +918,18 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
             helper.make_node("Slice", ["/emb/position_ids", "/emb/zero", "/emb/shape", "/emb/one"], ["/emb/pos_ids"], name="/emb/Slice"),
         ]
         position_ids = "/emb/pos_ids"
+    elif position == "range":  # 2020-era exports: Range(0, seq) expanded to the ids' shape
+        inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+                  (("/emb/r_start", 0), ("/emb/r_step", 1), ("/emb/r_one", 1))]
+        inits.append(numpy_helper.from_array(np.array([0], np.int64), "/emb/r_axes"))
+        nodes += [
+            helper.make_node("Shape", ["input_ids"], ["/emb/ids_shape_r"], name="/emb/r/Shape"),
+            helper.make_node("Gather", ["/emb/ids_shape_r", "/emb/r_one"], ["/emb/seq_len"], name="/emb/r/Gather", axis=0),
+            helper.make_node("Range", ["/emb/r_start", "/emb/seq_len", "/emb/r_step"], ["/emb/range"], name="/emb/r/Range"),
+            helper.make_node("Unsqueeze", ["/emb/range", "/emb/r_axes"], ["/emb/range_row"], name="/emb/r/Unsqueeze"),
+            helper.make_node("Expand", ["/emb/range_row", "/emb/ids_shape_r"], ["/emb/pos_ids"], name="/emb/r/Expand"),
+        ]
+        position_ids = "/emb/pos_ids"
     elif position == "constant":
         inits.append(numpy_helper.from_array(np.arange(EMB_SEQ, dtype=np.int64).reshape(1, -1), "/emb/pos_ids"))
         inputs["input_ids"] = (TensorProto.INT64, [EMB_BATCH, EMB_SEQ])
@@ -910,9 +942,20 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
     first_sum = "/emb/word_out"
     if segment:
         inits.append(table(2, "/emb/segment"))
-        inputs["token_type_ids"] = ids_type
+        segment_ids = "token_type_ids"
+        if segment == "buffer":  # called without token_type_ids: a zeros buffer expanded to the batch
+            inits.append(numpy_helper.from_array(np.zeros((1, EMB_POSITIONS), np.int64), "/emb/token_type_buffer"))
+            nodes += [
+                helper.make_node("Shape", ["input_ids"], ["/emb/ids_shape"], name="/emb/ids/Shape"),
+                helper.make_node("GatherElements", ["/emb/token_type_buffer", position_ids], ["/emb/type_row"],
+                                 name="/emb/type/GatherElements", axis=1),
+                helper.make_node("Expand", ["/emb/type_row", "/emb/ids_shape"], ["/emb/type_ids"], name="/emb/type/Expand"),
+            ]
+            segment_ids = "/emb/type_ids"
+        else:
+            inputs["token_type_ids"] = ids_type
         nodes += [
-            helper.make_node("Gather", ["/emb/segment", "token_type_ids"], ["/emb/seg_out"], name="/emb/segment/Gather"),
+            helper.make_node("Gather", ["/emb/segment", segment_ids], ["/emb/seg_out"], name="/emb/segment/Gather"),
             helper.make_node("Add", ["/emb/word_out", "/emb/seg_out"], ["/emb/Add_output_0"], name="/emb/Add"),
         ]
         first_sum = "/emb/Add_output_0"
@@ -922,7 +965,15 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
                          name="/emb/LayerNorm", axis=-1, epsilon=1e-12),
     ]
     outputs = ["/emb/ln_out"]
-    if attention:
+    if attention == "onnx":  # the standard Attention of opset 23 on 3-D projections of the LayerNorm output
+        for p in "qkv":
+            inits.append(numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, EMB_HIDDEN)).astype(np.float32) * 0.2,
+                                                 f"/attn/{p}_weight"))
+            nodes.append(helper.make_node("MatMul", ["/emb/ln_out", f"/attn/{p}_weight"], [f"/attn/{p}"], name=f"/attn/{p}/MatMul"))
+        nodes.append(helper.make_node("Attention", ["/attn/q", "/attn/k", "/attn/v"], ["attn_out"], name="/attn/Attention",
+                                      q_num_heads=2, kv_num_heads=2))
+        outputs = ["attn_out"]
+    elif attention:
         inits += [
             numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, 3 * EMB_HIDDEN)).astype(np.float32) * 0.2, "/attn/qkv_weight"),
             numpy_helper.from_array(rng.standard_normal(3 * EMB_HIDDEN).astype(np.float32) * 0.2, "/attn/qkv_bias"),

@@ -206,7 +206,7 @@ CASES: list[OrtCase] = [
 ]
 
 
-def testdata_dir() -> Path | None:
+def ort_testdata_dir() -> Path | None:
     """The folder holding ONNX Runtime's fusion test models, or None when there is none."""
     folder = Path(os.environ.get(ENV) or DEFAULT_DIR)
     return folder if folder.is_dir() and any(folder.glob("*.onnx")) else None

@@ -69,7 +69,9 @@ def test_gemm_with_a_second_reader_keeps_its_activation_and_says_why():
 def test_gemm_before_an_activation_fused_gemm_cannot_run_is_left_alone():
     report = optimize(patterns.gemm_activation("Softmax", attrs={"axis": 1}), level="extended").report
     assert report.ops_after == {"Gemm": 1, "Softmax": 1}
-    assert report.explain("GemmActivationFusion") == []
+    assert [m.message for m in report.explain("GemmActivationFusion")] == [
+        "GemmActivationFusion at /fc/Gemm: output of Gemm '/fc/Gemm' feeds Softmax '/fc/Softmax', no activation FusedGemm takes"
+    ]
 
 
 # --- ConvActivationFusion -----------------------------------------------------------------
@@ -197,9 +199,11 @@ def test_transpose_that_also_moves_batch_axes_is_a_near_miss():
     ]
 
 
-def test_head_split_transpose_is_not_a_candidate():
+def test_head_split_transpose_is_a_near_miss_that_says_so():
     model = patterns.matmul_transpose(side="a", perm=[1, 0, 2])
     report = optimize(model, level="extended").report
     assert report.ops_after == {"MatMul": 1, "Transpose": 1}
-    assert report.explain("MatmulTransposeFusion") == []
+    assert [m.reason for m in report.explain("MatmulTransposeFusion")] == [
+        "Transpose '/mm/Transpose_a' has perm [1, 0, 2], which keeps the matrix axes in place: not a transpose of them"
+    ]
 

@@ -186,10 +186,10 @@ def test_vector_alpha_is_a_near_miss():
     ]
 
 
-def test_sigmoid_gate_is_not_a_candidate():
+def test_sigmoid_gate_is_a_near_miss_that_says_why():
     report = optimize(patterns.sigmoid_gate(), level="extended").report
     assert report.ops_after == {"Mul": 1, "Sigmoid": 1}
-    assert report.explain("QuickGeluFusion") == []
+    assert [m.step for m in report.explain("QuickGeluFusion")] == ["gate"]
 
 
 # --- BiasGeluFusion -----------------------------------------------------------------------

@@ -86,8 +86,11 @@ def test_layer_norm_near_misses(kwargs, message):
     assert report.ops_after.get("LayerNormalization", 0) == 0
     assert report.ops_after.get("SimplifiedLayerNormalization", 0) == 0
     assert report.ops_after["ReduceMean"] == 2
-    assert _messages(report, "LayerNormFusion") == [message]
-    assert _messages(report, "SimplifiedLayerNormFusion") == []
+    # Every anchor answers: the mean's ReduceMean says why, the variance's points there.
+    misses = report.explain("LayerNormFusion")
+    assert [m.message for m in misses if m.step != "variance"] == [message]
+    assert [m.anchor for m in misses if m.step == "variance"] == ["/ln/ReduceMean_1"]
+    assert [m.step for m in report.explain("SimplifiedLayerNormFusion")] == ["square", "square"]
     assert_same_outputs(model, optimized)
 
 
@@ -252,6 +255,41 @@ def test_embed_layer_norm_drops_constant_default_positions():
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
+def test_embed_layer_norm_in_front_of_onnx_attention_23():
+    # Attention in its other form: the standard op of opset 23 reads the LayerNorm output through
+    # its Q/K/V projections (the dynamo exporter's BERT at opset 23).
+    model = patterns.embed_layer_norm(attention="onnx", opset=23)
+    optimized, report = _optimize(model)
+    assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
+    assert report.ops_after["Attention"] == 1
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
+
+
+def test_embed_layer_norm_folds_a_constant_segment_row_into_the_position_table():
+    # BERT/RoBERTa called without token_type_ids: the segment lookup reads all-zero ids from a
+    # buffer, so it adds segment row 0 to every token, which the position table can carry.
+    model = patterns.embed_layer_norm(segment="buffer")
+    optimized, report = _optimize(model)
+    assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
+    node = _node(optimized, "EmbedLayerNormalization")
+    assert node.input[1] == "" and node.input[4] == ""  # no segment ids, no segment table
+    tables = {t.name: onnx.numpy_helper.to_array(t) for t in optimized.graph.initializer}
+    original = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    np.testing.assert_allclose(tables[node.input[3]], original["/emb/position"] + original["/emb/segment"][0])
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
+
+
+def test_embed_layer_norm_drops_range_positions_as_the_ops_default():
+    # ONNX Runtime's formats 3-9: Range(0, Shape(input_ids)[1]) expanded to the ids' shape is
+    # 0..S-1 on every row, what the op computes without position ids.
+    model = patterns.embed_layer_norm(position="range")
+    optimized, report = _optimize(model)
+    assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
+    assert report.ops_after == {"Cast": 2, "com.microsoft.Attention": 1, "com.microsoft.EmbedLayerNormalization": 1}
+    assert len(_node(optimized, "EmbedLayerNormalization").input) == 7
+    assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
+
+
 def test_embed_layer_norm_without_segment_embedding():
     """DistilBERT: word + position only; the segment inputs stay empty."""
     model = patterns.embed_layer_norm(segment=False)
@@ -275,7 +313,8 @@ def test_embed_layer_norm_keeps_the_sum_read_by_the_first_residual():
     "kwargs, message",
     [
         (dict(attention=False), "EmbedLayerNormFusion at /emb/LayerNorm: LayerNormalization '/emb/LayerNorm' feeds no "
-         "com.microsoft.Attention; like ONNX Runtime, the embedding is fused only in front of a fused Attention"),
+         "attention (com.microsoft.Attention, or ONNX Attention through its projections); like ONNX Runtime, the "
+         "embedding is fused only in front of a fused attention"),
         (dict(position="input"), "EmbedLayerNormFusion at /emb/LayerNorm: cannot tell the position lookup from the segment "
          "lookup: ids 'token_type_ids', 'position_ids' are both graph inputs or both computed"),
     ],
@@ -373,7 +412,46 @@ def test_layer_norm_scale_of_the_same_symbolic_length_fuses():
 def test_layer_norm_scale_of_another_symbolic_length_is_a_near_miss():
     _, report = _optimize(_layer_norm_with_scale_inputs("other"))
     assert "LayerNormalization" not in report.ops_after
-    assert _messages(report, "LayerNormFusion") == [
+    assert [m.message for m in report.explain("LayerNormFusion") if m.step != "variance"] == [
         "LayerNormFusion at /ln/ReduceMean: gamma 'gamma' of Mul '/ln/Mul' has length 'other', which is not "
         "known to equal the last dimension 'hidden' of 'x'"
     ]
+
+
+# --- the RMS norm's two forms after a residual Add ----------------------------------------
+
+
+@pytest.mark.parametrize(("norm", "opset"), [("SimplifiedLayerNormalization", 17), ("RMSNormalization", 23)])
+@pytest.mark.parametrize("sum_consumed", [False, True])
+def test_residual_add_then_rms_norm_in_either_form_becomes_skip_simplified(norm, opset, sum_consumed):
+    # onnxruntime's SimplifiedLayerNormalization and the standard RMSNormalization-23 (the dynamo
+    # exporter's, for Llama) are one op in two forms: both must meet SkipLayerNormFusion.
+    model = patterns.skip_layer_norm(norm=norm, opset=opset, sum_consumed=sum_consumed)
+    optimized, report = _optimize(model)
+    expected = {"com.microsoft.SkipSimplifiedLayerNormalization": 1}
+    assert report.ops_after == ({**expected, "Add": 1} if sum_consumed else expected)
+    assert report.fusions == expected
+    assert_same_outputs(model, optimized)
+
+
+@pytest.mark.parametrize(("norm", "opset"), [("SimplifiedLayerNormalization", 17), ("RMSNormalization", 23)])
+def test_rms_norm_without_a_residual_add_is_a_near_miss_naming_its_input(norm, opset):
+    model = patterns.rms_norm(opset=opset) if norm == "SimplifiedLayerNormalization" else None
+    if model is None:  # the opset-23 op itself, fed by a graph input
+        model = patterns.skip_layer_norm(norm=norm, opset=opset)
+        model.graph.node[0].op_type = "Mul"  # x * skip: no residual Add in front of the norm
+    _, report = _optimize(model)
+    [miss] = report.explain("SkipLayerNormFusion")
+    assert miss.step == "residual" and "not a residual Add" in miss.reason
+
+
+@pytest.mark.parametrize("divide", ["reciprocal", "div", "div_one"])
+@pytest.mark.parametrize("cast", [False, True])
+def test_llama_rms_norm_forms_fuse(divide, cast):
+    # TorchScript writes torch.rsqrt as Div(1, std) and LlamaRMSNorm's .to(float32) as a Cast.
+    model = patterns.rms_norm(divide=divide, cast=cast)
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"SimplifiedLayerNormalization": 1}
+    [norm] = [n for n in optimized.graph.node if n.op_type == "SimplifiedLayerNormalization"]
+    assert norm.input[0] == "x"
+    assert_same_outputs(model, optimized)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.optimizer.ort_fusion_cases import CASES, run_case, testdata_dir
+from tests.optimizer.ort_fusion_cases import CASES, ort_testdata_dir, run_case
 
-FOLDER = testdata_dir()
+FOLDER = ort_testdata_dir()
 pytestmark = pytest.mark.skipif(FOLDER is None, reason="ONNX Runtime's fusion test models are not here")
 
 _CAST_SKIP = "SkipLayerNormFusion does not look through the Casts around a float16 residual Add"
 _CAST_LN = "LayerNormFusion does not look through Casts inside the pattern"
-_EMBED = "EmbedLayerNormFusion does not match this export's position-id or mask subgraph"
+_EMBED = "EmbedLayerNormFusion does not know the NonZero(ConstantOfShape) position ids of this export"
 _GPT = "AttentionFusion has no GPT-2 (unidirectional Where mask, past key/value) form"
 KNOWN_GAPS: dict[str, str] = {
     "layer_norm_with_cast.onnx": _CAST_LN,
@@ -35,18 +35,9 @@ KNOWN_GAPS: dict[str, str] = {
     "skip_layer_norm_format3_no_fusion_with_cast.onnx": _CAST_SKIP,
     "skip_layer_norm_format3_graph_output_with_cast.onnx": _CAST_SKIP,
     "skip_layer_norm_no_beta_with_cast.onnx": _CAST_SKIP,
-    "embed_layer_norm_format1.onnx": "ConstantFolding raises on a Gather its inferred shapes put out of range",
     "embed_layer_norm_format2.onnx": _EMBED,
-    "embed_layer_norm_format3.onnx": _EMBED,
-    "embed_layer_norm_format3_opset13.onnx": _EMBED,
-    "embed_layer_norm_format3_no_cast.onnx": _EMBED,
-    "embed_layer_norm_format3_no_cast_opset13.onnx": _EMBED,
     "embed_layer_norm_format4.onnx": _EMBED,
-    "embed_layer_norm_format6.onnx": _EMBED,
-    "embed_layer_norm_format7.onnx": "ConstantFolding raises on a Gather its inferred shapes put out of range",
-    "embed_layer_norm_format8.onnx": "shape inference raises on a broadcast it computes with a negative size",
-    "embed_layer_norm_format9.onnx": "shape inference raises on a broadcast it computes with a negative size",
-    "embed_layer_norm_multiple.onnx": _EMBED,
+    "embed_layer_norm_format8.onnx": "the fused graph keeps a Shape -> Gather of the input ids that ORT's drops",
     "attention_past_unidir.onnx": _GPT,
     "attention_past_no_unidir.onnx": _GPT,
     "gpt2_past_mask_one_layer.onnx": _GPT,

@@ -59,7 +59,10 @@ def test_ort_1_31_regression_matmul_add_does_not_swallow_fusion_adds(name):
     # MatMul left per layer: the attention output and FFN output projections (their Adds are
     # SkipLayerNormalization's bias) and the FFN input projection (its Add is BiasGelu's bias).
     assert ops["MatMul"] == 3 * LAYERS
-    assert [m for m in extended.report.near_misses if m.rule != "ReshapeFusion"] == []
+    # What is left unfused answers only "nothing to fold here": the per-layer MatMuls that have
+    # no constant scale and no transposed input.
+    left = {(m.rule, m.step) for m in extended.report.near_misses if m.rule != "ReshapeFusion"}
+    assert left <= {("MatMulScaleFusion", "scale"), ("MatmulTransposeFusion", "transpose")}
     assert_same_outputs(model, extended, feeds)
 
 

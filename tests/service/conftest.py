@@ -1,1 +1,7 @@
-from tests.service.db_fixtures import client, database_url, migrated_database_url, session  # noqa: F401
+from tests.service.db_fixtures import (  # noqa: F401
+    client,
+    database_url,
+    migrated_database_url,
+    service_settings,
+    session,
+)

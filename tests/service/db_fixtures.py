@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from service import migrate
 from service.app import create_app
+from service.core.config import Settings
 from service.db import make_engine, make_session_factory
 
 TEST_DATABASE_URL_ENV = "FUSIONWATCH_TEST_DATABASE_URL"
@@ -69,9 +70,16 @@ def migrated_database_url(database_url) -> str:
 
 
 @pytest.fixture
-def client(migrated_database_url) -> Iterator[TestClient]:
+def service_settings(tmp_path) -> Settings:
+    """The app's settings for one test: its own data directory, the default limits."""
+    return Settings(data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def client(migrated_database_url, service_settings) -> Iterator[TestClient]:
     # `with` runs the app's lifespan (its migration check) and disposes its engine afterwards.
-    with TestClient(create_app(migrated_database_url)) as test_client:
+    # No worker process: tests run queued jobs in-process with tests.service.jobs.drain.
+    with TestClient(create_app(migrated_database_url, service_settings)) as test_client:
         yield test_client
 
 

@@ -1,18 +1,22 @@
-"""`make run`'s two steps, as separate processes: `fusionwatch db upgrade`, then `fusionwatch serve`."""
+"""`make run`'s two steps, as separate processes: `fusionwatch db upgrade`, then `fusionwatch serve`, whose
+embedded worker process runs the queued jobs."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 STARTUP_SECONDS = 60  # imports onnx, the optimizer and FastAPI on a shared, busy machine
 FUSIONWATCH = Path(sys.executable).with_name("fusionwatch")
+RESNET = "tests/models/resnet_tiny_opset17.onnx"
 
 
 def _free_port() -> int:
@@ -26,10 +30,12 @@ def _command(*args: str) -> list[str]:
     return [str(FUSIONWATCH), *args] if FUSIONWATCH.is_file() else [sys.executable, "-m", "service.cli", *args]
 
 
-def test_db_upgrade_then_serve_answers_health_and_an_empty_model_list(tmp_path):
+@contextmanager
+def _serving(tmp_path, **env_overrides):
+    """`fusionwatch db upgrade` then `fusionwatch serve` on a fresh SQLite database; yields (base URL, server)."""
     database = tmp_path / "nested" / "fusionwatch.db"  # a folder that does not exist yet
     env = os.environ | {"FUSIONWATCH_DATABASE_URL": f"sqlite:///{database}", "FUSIONWATCH_LOG_LEVEL": "WARNING"}
-
+    env |= env_overrides
     upgrade = subprocess.run(_command("db", "upgrade"), env=env, capture_output=True, text=True, timeout=120)
     assert upgrade.returncode == 0, upgrade.stderr
     assert database.is_file()
@@ -39,7 +45,8 @@ def test_db_upgrade_then_serve_answers_health_and_an_empty_model_list(tmp_path):
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log:
         server = subprocess.Popen(
-            _command("serve", "--port", str(port)), env=env, stdout=log, stderr=subprocess.STDOUT
+            _command("serve", "--port", str(port), "--data-dir", str(tmp_path / "data")),
+            env=env, stdout=log, stderr=subprocess.STDOUT,
         )
     try:
         base = f"http://127.0.0.1:{port}/api/v1"
@@ -53,15 +60,78 @@ def test_db_upgrade_then_serve_answers_health_and_an_empty_model_list(tmp_path):
                 time.sleep(0.25)
         assert health is not None, f"no answer within {STARTUP_SECONDS}s:\n{log_path.read_text()}"
         assert health.status_code == 200 and health.json()["status"] == "ok"
-        assert httpx.get(f"{base}/models", timeout=5).json() == {"data": [], "count": 0}
+        yield base, server
     finally:
         server.terminate()
         try:
-            server.wait(timeout=10)
+            server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=10)
     assert "fusionwatch serving on" in log_path.read_text()
+
+
+def _wait_for_run(base: str, run_url: str, timeout_s: float = 180) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = httpx.get(f"{base.removesuffix('/api/v1')}{run_url}", timeout=5).json()
+        if run["state"] != "running":
+            return run
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_url} still running after {timeout_s}s: {run}")
+
+
+def _worker_pids(server: subprocess.Popen) -> list[int]:
+    """The server's spawned worker processes (not multiprocessing's resource tracker)."""
+    children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+    return [int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def test_serve_runs_an_uploaded_commit_in_its_worker_process(tmp_path):
+    with _serving(tmp_path) as (base, _server):
+        assert httpx.get(f"{base}/projects", timeout=5).json() == {"items": [], "total": 0}
+        settings = {"runs": 3, "warmup": 1, "levels": ["disabled", "all"]}
+        assert httpx.post(f"{base}/projects", json={"name": "cnn", "settings": settings}).status_code == 201
+        with open(RESNET, "rb") as model:
+            upload = httpx.post(
+                f"{base}/projects/cnn/models",
+                files={"file": ("resnet.onnx", model.read())},
+                data={"commit": "c0ffee1", "branch": "main"},
+                timeout=30,
+            )
+        assert upload.status_code == 201, upload.text
+        assert upload.json()["jobs"] == 4
+        run = _wait_for_run(base, upload.json()["run_url"])
+        assert run["verdict"] == "ok", run
+        assert run["jobs_done"] == 4
+        history = httpx.get(f"{base}/projects/cnn/history", params={"engine": "fusionwatch", "level": "all"}).json()
+        [series] = history["series"]
+        [point] = series["points"]
+        assert point["commit"] == "c0ffee1" and point["samples"] == 3 and point["median_ms"] > 0
+        assert point["fusions"]["com.microsoft.NhwcFusedConv"] == 9
+
+
+def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path):
+    """SIGKILL the worker process mid-job: the supervisor restarts it and the job runs again, once."""
+    with _serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
+        settings = {"runs": 400, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
+        httpx.post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
+        with open(RESNET, "rb") as model:
+            upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
+                                data={"commit": "dead01"}, timeout=30)
+        run_url = upload.json()["run_url"]
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{base.removesuffix('/api/v1')}{run_url}").json()["jobs"][0]["state"] != "running":
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.1)
+        time.sleep(1.0)  # inside the measurement
+        [worker] = _worker_pids(server)
+        os.kill(worker, signal.SIGKILL)
+        run = _wait_for_run(base, run_url)
+        [job] = run["jobs"]
+        assert job["state"] == "done" and job["attempts"] == 2, job
+        history = httpx.get(f"{base}/projects/slow/history").json()
+        assert [len(s["points"]) for s in history["series"]] == [1]
 
 
 def test_serve_without_db_upgrade_exits_with_the_advice(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -13,7 +15,10 @@ from service.app import DatabaseNotMigrated, create_app
 from service.db import make_engine
 from service.models import Base
 
-TABLES = {"onnx_model", "optimizer_run"}
+TABLES = {
+    "project", "model_file", "model", "commit", "run", "job", "machine", "result", "result_fusion",
+    "alert", "alert_delivery", "hook", "webhook_delivery",
+}
 
 
 def _tables(url: str) -> set[str]:
@@ -61,3 +66,32 @@ def test_the_service_refuses_to_start_on_an_unmigrated_database(database_url):
     with pytest.raises(DatabaseNotMigrated, match="run `fusionwatch db upgrade`"):
         with TestClient(create_app(database_url)):
             pass
+
+
+def test_check_constraints_hold_the_vocabularies_the_code_uses(migrated_database_url):
+    """Alembic's compare ignores CHECK text: a level or state list frozen in a migration could drift
+    from service/models/vocabulary.py (and optimizer.LEVEL_NAMES) silently, so compare them here."""
+    from service.models import vocabulary
+
+    expected = {
+        ("job", "state_known"): vocabulary.JOB_STATES,
+        ("job", "engine_known"): vocabulary.ENGINES,
+        ("job", "level_known"): vocabulary.LEVEL_NAMES,
+        ("result", "engine_known"): vocabulary.ENGINES,
+        ("result", "level_known"): vocabulary.LEVEL_NAMES,
+        ("run", "state_known"): vocabulary.RUN_STATES,
+        ("alert", "kind_known"): vocabulary.ALERT_KINDS,
+        ("alert", "state_known"): vocabulary.ALERT_STATES,
+        ("hook", "format_known"): vocabulary.HOOK_FORMATS,
+    }
+    engine = make_engine(migrated_database_url)
+    try:
+        with engine.connect() as connection:
+            inspector = inspect(connection)
+            for (table, name), values in expected.items():
+                checks = {c["name"]: c["sqltext"] for c in inspector.get_check_constraints(table)}
+                text = checks[f"ck_{table}_{name}"]
+                quoted = re.findall(r"'([^']*)'", text)
+                assert quoted == list(values), (table, name, text)
+    finally:
+        engine.dispose()

@@ -1,0 +1,58 @@
+"""Post alerts to a project's hooks, with retries, and log every attempt (alert_delivery).
+
+Slack-compatible hooks get `{"text": message}`; generic JSON hooks get `{"alert": {...}}`. A hook
+that keeps failing is logged and left; it never fails the job or the request that raised the alert.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.models import Alert, AlertDelivery, Hook
+from service.usecases.alerts import alert_dict
+
+log = logging.getLogger("fusionwatch.alerts")
+
+ATTEMPTS = 3
+BACKOFF_S = (0.2, 1.0)  # before the second and third attempts
+TIMEOUT_S = 5.0
+
+
+def deliver(session_factory: Callable[[], Session], alert_ids: list[int]) -> None:
+    if not alert_ids:
+        return
+    with session_factory() as session:
+        for alert_id in alert_ids:
+            alert = session.get(Alert, alert_id)
+            hooks = session.scalars(select(Hook).where(Hook.project_id == alert.project_id)).all()
+            if not hooks:
+                continue
+            body = alert_dict(session, alert)
+            for hook in hooks:
+                payload = {"text": f"[fusionwatch] {alert.kind}: {alert.message}"} if hook.format == "slack" else {"alert": body}
+                _post_with_retries(session, alert, hook, payload)
+            session.commit()
+
+
+def _post_with_retries(session: Session, alert: Alert, hook: Hook, payload: dict) -> None:
+    for attempt in range(1, ATTEMPTS + 1):
+        status, error = None, None
+        try:
+            response = httpx.post(hook.url, json=payload, timeout=TIMEOUT_S)
+            status = response.status_code
+            if response.is_success:
+                session.add(AlertDelivery(alert_id=alert.id, hook_id=hook.id, attempt=attempt, status_code=status))
+                return
+            error = f"HTTP {status}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        session.add(AlertDelivery(alert_id=alert.id, hook_id=hook.id, attempt=attempt, status_code=status, error=error))
+        log.warning("alert delivery failed", extra={"alert_id": alert.id, "hook_id": hook.id, "attempt": attempt, "error": error})
+        if attempt < ATTEMPTS:
+            time.sleep(BACKOFF_S[attempt - 1])

@@ -1,0 +1,113 @@
+"""Compare a result with its baseline and say what changed, in words a user acts on.
+
+fusion-regression: fused ops' counts dropped (exact, immediate); one alert per result, led by the op
+that lost the most, every drop in `changes`. fusion-change: counts rose (info), the same way.
+timing-regression: timing.decide says so. numeric-mismatch: the level's outputs left the tolerance
+of level `disabled` (no baseline needed).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from optimizer import rules_for_level
+from service.alerts import timing
+from service.models import Alert, Commit, Model, Result
+from service.protocol import Protocol
+
+NEAR_MISSES_QUOTED = 3
+
+
+@cache
+def rule_for_op() -> dict[str, str]:
+    """Fused op key → the rule that emits it ("com.microsoft.BiasGelu" → "BiasGeluFusion")."""
+    names: dict[str, str] = {}
+    for rule in rules_for_level("all", enable_gelu_approximation=True):
+        for op in rule.emits:
+            names.setdefault(op, rule.name)
+    return names
+
+
+def detect(
+    result: Result,
+    baseline: Result | None,
+    model: Model,
+    commit: Commit,
+    baseline_commit: Commit | None,
+    protocol: Protocol,
+) -> list[Alert]:
+    alerts: list[Alert] = []
+    where = f"model {model.name}, {result.engine} {result.engine_version}, level {result.level}"
+    common = dict(
+        project_id=result.project_id,
+        run_id=result.run_id,
+        model_id=result.model_id,
+        engine=result.engine,
+        level=result.level,
+        commit_id=result.commit_id,
+        result_id=result.id,
+    )
+    if result.numeric_ok is False:
+        alerts.append(
+            Alert(
+                kind="numeric-mismatch",
+                after=result.max_abs_error,
+                message=(
+                    f"{where}: outputs differ from level disabled at commit {commit.sha[:12]} "
+                    f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g}; "
+                    f"tolerance rtol {protocol.rtol:g}, atol {protocol.atol:g})"
+                ),
+                **common,
+            )
+        )
+    if baseline is None or baseline_commit is None:
+        return alerts
+    against = f"at commit {commit.sha[:12]} against baseline {baseline_commit.sha[:12]}"
+    common |= dict(baseline_commit_id=baseline_commit.id, baseline_result_id=baseline.id)
+    drops, rises = [], []
+    for op in sorted(set(baseline.fusions) | set(result.fusions)):
+        before, after = baseline.fusions.get(op, 0), result.fusions.get(op, 0)
+        change = {"op": op, "rule": rule_for_op().get(op), "before": before, "after": after,
+                  "change_pct": (after - before) / before * 100 if before else None}
+        if after < before:
+            drops.append(change)
+        elif after > before:
+            rises.append(change)
+    if drops:
+        # The op that lost the most (relatively) leads; every drop is in `changes` and the message.
+        drops.sort(key=lambda c: (c["after"] / c["before"], c["op"]))
+        rank = {rule: i for i, rule in enumerate(dict.fromkeys(c["rule"] for c in drops if c["rule"]))}
+        # The leading rule's near misses first: they are the likeliest answer to "why".
+        misses = sorted((m for m in result.near_misses if m.get("rule") in rank), key=lambda m: rank[m["rule"]])
+        parts = []
+        for c in drops:
+            what = "stopped firing" if c["after"] == 0 else "fired less"
+            parts.append(f"{c['rule'] or c['op']} {what}: {c['op']} {c['before']} → {c['after']}")
+        reasons = "; ".join(f"{m.get('rule')}: {m.get('reason')}" for m in misses[:NEAR_MISSES_QUOTED])
+        message = f"{'; '.join(parts)} for {where} {against}"
+        message += f". Near misses: {reasons}" if reasons else ". No near misses were reported for these rules"
+        alerts.append(_fusion_alert("fusion-regression", drops, message, misses, common))
+    if rises:
+        parts = [f"{c['rule'] or c['op']}: {c['op']} {c['before']} → {c['after']}" for c in rises]
+        alerts.append(_fusion_alert("fusion-change", rises, f"{'; '.join(parts)} for {where} {against}", [], common))
+    verdict = timing.decide(result.execute_ms, baseline.execute_ms, protocol.timing_threshold_pct)
+    if verdict is not None and verdict.regressed:
+        alerts.append(
+            Alert(
+                kind="timing-regression",
+                before=verdict.before_ms,
+                after=verdict.after_ms,
+                change_pct=verdict.change_pct,
+                message=f"SequentialExecutor::Execute regressed for {where} {against}: {verdict.why}",
+                **common,
+            )
+        )
+    return alerts
+
+
+def _fusion_alert(kind: str, changes: list[dict], message: str, misses: list[dict], common: dict) -> Alert:
+    lead = changes[0]
+    return Alert(
+        kind=kind, op=lead["op"], rule=lead["rule"], before=lead["before"], after=lead["after"],
+        change_pct=lead["change_pct"], changes=changes, message=message, near_misses=misses, **common,
+    )

@@ -1,0 +1,56 @@
+"""Results measured elsewhere (client mode: `fusionwatch run --server`), posted as one document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, BackgroundTasks
+
+from service.alerts.delivery import deliver
+from service.api.deps import ServicesDep, SessionDep
+from service.errors import Invalid, NotFound
+from service.models import Model
+from service.schemas.requests import ResultsDocument
+from service.usecases.alerts import alert_dict
+from service.usecases.commits import record_commit
+from service.usecases.models import get_model
+from service.usecases.projects import get_project
+from service.usecases.results import Measurement, get_or_create_machine, record_result
+from service.usecases.runs import record_only_run
+
+router = APIRouter(tags=["results"])
+
+
+@router.post("/results", status_code=201)
+def create_results(
+    session: SessionDep, services: ServicesDep, document: ResultsDocument, background: BackgroundTasks
+) -> dict[str, Any]:
+    with session.begin():
+        project = get_project(session, document.project)
+        c = document.commit
+        commit = record_commit(session, project, c.sha, c.branch, c.parents, c.message, c.author, c.timestamp)
+        run = record_only_run(session, project, commit, "results")
+        machine = get_or_create_machine(session, document.machine or {"machine_class": "cpu"})
+        alerts = []
+        for item in document.results:
+            model = _model_named(session, project, item.model)
+            measurement = Measurement(**item.model_dump(exclude={"model"}))
+            _, raised = record_result(session, run, model, measurement, machine)
+            alerts.extend(raised)
+        reply = {"run_id": run.id, "run_url": f"/api/v1/runs/{run.id}", "alerts": [alert_dict(session, a) for a in alerts]}
+    background.add_task(deliver, services.session_factory, [a.id for a in alerts])
+    return reply
+
+
+def _model_named(session, project, name: str):
+    """A posted result may name a model nobody uploaded (it was measured elsewhere): it is registered
+    on first sight, without a stored file."""
+    try:
+        return get_model(session, project, name)
+    except NotFound:
+        if "/" in name or "\\" in name:
+            raise Invalid(f"model name {name[:80]!r} must not contain a path") from None
+        model = Model(project_id=project.id, name=name, latest_file_id=None)
+        session.add(model)
+        session.flush()
+        return model

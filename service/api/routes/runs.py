@@ -1,0 +1,44 @@
+"""A run's progress and verdict, and a commit's diff against its baselines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from service.api.deps import SessionDep
+from service.usecases.alerts import alert_dict
+from service.usecases.history import commit_diff
+from service.usecases.projects import get_project
+from service.usecases.runs import run_status
+
+router = APIRouter(tags=["runs"])
+
+
+@router.get("/runs/{run_id}")
+def read_run(session: SessionDep, run_id: int) -> dict[str, Any]:
+    status = run_status(session, run_id)
+    return {
+        "id": status.run.id,
+        "project": status.project.name,
+        "commit": status.commit.sha,
+        "branch": status.commit.branch,
+        "trigger": status.run.trigger,
+        "state": status.run.state,
+        "verdict": status.verdict,
+        "jobs_total": status.jobs_total,
+        "jobs_done": status.jobs_done,
+        "jobs_failed": status.jobs_failed,
+        "jobs": [
+            {"id": job.id, "model": name, "engine": job.engine, "level": job.level, "state": job.state,
+             "attempts": job.attempts, "error": job.error}
+            for job, name in status.jobs
+        ],
+        "alerts": [alert_dict(session, a) for a in status.alerts],
+        "created_at": status.run.created_at.isoformat(),
+    }
+
+
+@router.get("/commits/{sha}/diff")
+def read_commit_diff(session: SessionDep, sha: str, project: str) -> dict[str, Any]:
+    return commit_diff(session, get_project(session, project), sha)

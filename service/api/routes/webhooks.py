@@ -1,0 +1,162 @@
+"""Inbound webhooks: GitHub push events (HMAC-signed, de-duplicated by delivery id) and a generic CI hook."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from service import queue
+from service.api.deps import ServicesDep, SessionDep
+from service.api.uploads import read_uploads
+from service.errors import Invalid, Unauthorized
+from service.models import WebhookDelivery
+from service.schemas.requests import CiWebhook
+from service.usecases.commits import record_commit
+from service.usecases.projects import get_project
+from service.usecases.submissions import CommitInfo, submit_commit
+
+router = APIRouter(tags=["webhooks"])
+
+MAX_GITHUB_BODY = 5 * 1024 * 1024
+
+
+@router.post("/webhooks/github", status_code=202)
+async def receive_github(
+    request: Request,
+    session: SessionDep,
+    services: ServicesDep,
+    x_github_event: Annotated[str, Header()] = "",
+    x_github_delivery: Annotated[str, Header()] = "",
+    x_hub_signature_256: Annotated[str, Header()] = "",
+    project: str | None = None,
+) -> dict[str, Any]:
+    body = await request.body()
+    if len(body) > MAX_GITHUB_BODY:
+        raise Invalid(f"webhook body is {len(body)} bytes; at most {MAX_GITHUB_BODY}")
+    try:
+        payload = json.loads(body)
+    except json.JSONDecodeError as error:
+        raise Invalid(f"webhook body is not JSON ({error.msg} at character {error.pos})") from error
+    if not isinstance(payload, dict):
+        raise Invalid("webhook body must be a JSON object")
+    repository = payload.get("repository") or {}
+    # The hook's URL names the project (?project=), else the repository's name does.
+    name = project or (repository.get("name") if isinstance(repository, dict) else None)
+    if not name:
+        raise Invalid("no project: add ?project=NAME to the hook's URL, or send a payload with repository.name")
+    try:
+        with session.begin():
+            found = get_project(session, str(name))
+            _verify_signature(found.webhook_secret, body, x_hub_signature_256)
+            if not x_github_delivery or len(x_github_delivery) > 100:
+                raise Invalid("X-GitHub-Delivery header is missing or longer than 100 characters")
+            if session.scalar(select(WebhookDelivery.id).where(WebhookDelivery.delivery_id == x_github_delivery)):
+                return {"status": "duplicate", "delivery": x_github_delivery}
+            if x_github_event == "ping":
+                return {"status": "pong"}
+            if x_github_event != "push":
+                return {"status": "ignored", "event": x_github_event[:50]}
+            submission = _record_push(session, services, found, payload)
+            if submission is None:
+                return {"status": "ignored", "reason": "push without a head commit (a branch deletion?)"}
+            session.add(WebhookDelivery(delivery_id=x_github_delivery, project_id=found.id, event="push",
+                                        run_id=submission.run.id if submission.run else None))
+            session.flush()
+    except IntegrityError:  # the same delivery, concurrently: its twin started the run
+        return {"status": "duplicate", "delivery": x_github_delivery}
+    queue.dispatch(submission.jobs, services.settings.broker_url)
+    run_id = submission.run.id if submission.run else None
+    return {"status": "accepted", "run_id": run_id, "run_url": f"/api/v1/runs/{run_id}", "jobs": len(submission.jobs)}
+
+
+def _record_push(session, services, project, payload: dict):
+    """The pushed commits, oldest first, each the parent of the next; a run for the head commit."""
+    branch = str(payload.get("ref") or "").removeprefix("refs/heads/") or "main"
+    head = payload.get("head_commit") or {}
+    if not isinstance(head, dict) or not head.get("id"):
+        return None
+    previous = payload.get("before")
+    for entry in payload.get("commits") or []:
+        if not isinstance(entry, dict) or not entry.get("id") or entry["id"] == head["id"]:
+            continue
+        record_commit(session, project, str(entry["id"]), branch, [previous] if _is_sha(previous) else [],
+                      str(entry.get("message") or ""), _author(entry), _timestamp(entry))
+        previous = entry["id"]
+    info = CommitInfo(str(head["id"]), branch, [previous] if _is_sha(previous) else [],
+                      str(head.get("message") or ""), _author(head), _timestamp(head))
+    return submit_commit(session, services.store, services.upload_limits, project, info, [], "github",
+                         services.settings.machine_class)
+
+
+def _verify_signature(secret: str | None, body: bytes, header: str) -> None:
+    if secret is None:
+        return
+    if not header.startswith("sha256="):
+        raise Unauthorized("X-Hub-Signature-256 is missing; this project requires signed deliveries")
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, header.removeprefix("sha256=")):
+        raise Unauthorized("X-Hub-Signature-256 does not match the body signed with the project's secret")
+
+
+def _is_sha(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 64 and value.strip("0") != ""
+
+
+def _author(entry: dict) -> str:
+    author = entry.get("author") or {}
+    return str(author.get("name") or author.get("username") or "")[:255] if isinstance(author, dict) else ""
+
+
+def _timestamp(entry: dict) -> datetime | None:
+    value = entry.get("timestamp")
+    if not value:
+        return None
+    try:
+        stamp = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as error:
+        raise Invalid(f"commit timestamp {str(value)[:40]!r} is not ISO 8601") from error
+    return stamp if stamp.tzinfo else None
+
+
+@router.post("/webhooks/ci", status_code=202)
+async def receive_ci(request: Request, session: SessionDep, services: ServicesDep) -> dict[str, Any]:
+    """JSON `{project, sha, branch, parents?, message?, timestamp?}`; or multipart/form-data with that
+    JSON in the field `payload` and the commit's model exports as `files` (each .onnx or .zip one model)."""
+    uploads: list = []
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        form = await request.form(max_files=64, max_fields=16)
+        payload = form.get("payload")
+        if not isinstance(payload, str):
+            raise Invalid("multipart CI webhook needs the JSON document in the text field 'payload'")
+        files = [f for f in form.getlist("files") if not isinstance(f, str)]
+        read = await run_in_threadpool(read_uploads, files, services.upload_limits.max_bytes)
+        uploads = [(None, [item]) for item in read]
+    else:
+        payload = await request.body()
+    try:
+        body = CiWebhook.model_validate_json(payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise Invalid(f"CI webhook: {'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}") from error
+    return await run_in_threadpool(_start_ci_run, session, services, body, uploads)
+
+
+def _start_ci_run(session, services, body: CiWebhook, uploads) -> dict[str, Any]:
+    with session.begin():
+        found = get_project(session, body.project)
+        info = CommitInfo(body.sha, body.branch, body.parents, body.message, body.author, body.timestamp)
+        submission = submit_commit(session, services.store, services.upload_limits, found, info, uploads, "ci",
+                                   services.settings.machine_class)
+    queue.dispatch(submission.jobs, services.settings.broker_url)
+    run_id = submission.run.id if submission.run else None
+    return {"run_id": run_id, "run_url": f"/api/v1/runs/{run_id}", "jobs": len(submission.jobs),
+            "models": [i.model.name for i in submission.ingested]}

@@ -1,0 +1,42 @@
+"""What this machine is, for the machine table: CPU model, cores, vector extensions, GPU, engine versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+# The vector extensions that decide which kernels run; /proc/cpuinfo lists a hundred flags.
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "neon", "sve")
+
+
+@cache
+def describe_machine(machine_class: str = "cpu") -> dict:
+    cpu, flags = platform.processor(), set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                cpu = value.strip()
+            elif key.strip() in ("flags", "Features"):
+                flags.update(value.split())
+    return {
+        "machine_class": machine_class,
+        "hostname": socket.gethostname(),
+        "cpu": cpu or platform.machine(),
+        "cores": os.cpu_count() or 0,
+        "isa": [f for f in ISA_FLAGS if f in flags],
+        "gpu": "",
+        "engine_versions": {name: _version(name) for name in ("fusionwatch", "onnxruntime", "onnx", "numpy")},
+    }
+
+
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return ""

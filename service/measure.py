@@ -1,0 +1,103 @@
+"""Measure one model file with one engine at one level, the way the project's protocol says.
+
+The worker, `fusionwatch run` (client mode) and `fusionwatch analyze` all call `measure`, so a result
+measured anywhere carries the same fields: our optimizer's report (fused counts, per-rule fires,
+near misses, graph hash), every timing sample, the top kernels, and the numeric check of the
+level's outputs against level `disabled` on the same seeded inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from optimizer import DEFAULT_LIMITS, LoadLimits, optimize
+from service.engines import run_engine
+from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
+from service.protocol import Protocol
+from service.usecases.results import Measurement
+
+
+def measure(
+    path: str | Path,
+    engine: str,
+    level: str,
+    protocol: Protocol,
+    limits: LoadLimits = DEFAULT_LIMITS,
+    disabled_rules: list[str] | tuple[str, ...] = (),
+    custom_ops: CustomOps = NO_CUSTOM_OPS,
+) -> Measurement:
+    """Raises EngineError (a model the engine cannot load or run) or ModelLoadError."""
+    path = Path(path)
+    timed = run_engine(
+        engine,
+        path,
+        level,
+        runs=protocol.runs,
+        warmup=protocol.warmup,
+        threads=protocol.threads,
+        sequence_length=protocol.sequence_length,
+        limits=limits,
+        disabled=disabled_rules,
+        custom_ops=custom_ops,
+    )
+    # Our optimizer's view of the same level, for both engines: the near misses are what say why a
+    # fusion onnxruntime also lost did not fire.
+    report = optimize(path, level=level, disabled=list(disabled_rules), limits=limits).report
+    reference = run_engine(
+        "fusionwatch", path, "disabled", runs=1, warmup=0, threads=protocol.threads,
+        sequence_length=protocol.sequence_length, limits=limits, custom_ops=custom_ops,
+    )
+    max_abs, max_rel, ok = compare_outputs(timed.outputs, reference.outputs, protocol.rtol, protocol.atol)
+    fusions = dict(timed.fusions) if engine == "onnxruntime" else dict(report.fusions)
+    return Measurement(
+        engine=engine,
+        engine_version=timed.engine_version,
+        level=level,
+        fusions=fusions,
+        execute_ms=list(timed.execute_samples_ms),
+        model_run_ms=list(timed.model_run_samples_ms),
+        ops_after=dict(timed.ops_after),
+        nodes_before=report.nodes_before,
+        nodes_after=timed.nodes_after,
+        graph_hash=report.graph_hash if engine == "fusionwatch" else None,
+        near_misses=[m for m in report.to_dict()["near_misses"]],
+        rules={name: {"fired": stats.fired, "ms": round(stats.ms, 3)} for name, stats in report.rules.items()},
+        top_kernels=list(timed.top_kernels),
+        threads=protocol.threads,
+        inputs=dict(timed.inputs),
+        max_abs_error=max_abs,
+        max_rel_error=max_rel,
+        numeric_ok=ok,
+        peak_bytes=timed.peak_bytes,
+        session_ms=timed.session_ms,
+    )
+
+
+def compare_outputs(
+    outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], rtol: float, atol: float
+) -> tuple[float, float, bool]:
+    """(max abs error, max rel error, within tolerance) over every output both runs produced."""
+    max_abs = max_rel = 0.0
+    ok = True
+    for name, expected in reference.items():
+        got = outputs.get(name)
+        if got is None:
+            continue
+        expected, got = np.asarray(expected), np.asarray(got)
+        if expected.shape != got.shape:
+            return float("inf"), float("inf"), False
+        if expected.dtype.kind not in "fc":
+            if not np.array_equal(expected, got):
+                ok = False
+                max_abs = max(max_abs, float("inf"))
+            continue
+        diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        both_nan = np.isnan(diff) & np.isnan(expected) & np.isnan(got)
+        diff = np.where(both_nan, 0.0, diff)
+        if diff.size:
+            max_abs = max(max_abs, float(np.nanmax(diff)) if not np.isnan(diff).all() else float("inf"))
+            max_rel = max(max_rel, float(np.nanmax(diff / np.maximum(np.abs(expected), 1e-12))))
+        ok = ok and bool(np.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True))
+    return max_abs, max_rel, ok

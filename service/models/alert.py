@@ -1,0 +1,46 @@
+"""An alert: something changed at a commit against its baseline, said in words (`message`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, CheckConstraint, Float, ForeignKey, Index, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.models.base import Base, UtcDateTime, utc_now
+from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, one_of
+
+
+class Alert(Base):
+    __tablename__ = "alert"
+    __table_args__ = (
+        CheckConstraint(one_of("kind", ALERT_KINDS), name="kind_known"),
+        CheckConstraint(one_of("state", ALERT_STATES), name="state_known"),
+        Index(None, "project_id", "kind", "state", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16), default="open")
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("model.id", ondelete="CASCADE"))
+    engine: Mapped[str | None] = mapped_column(String(32))
+    level: Mapped[str | None] = mapped_column(String(16))
+    commit_id: Mapped[int | None] = mapped_column(ForeignKey("commit.id", ondelete="CASCADE"))
+    baseline_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commit.id", ondelete="SET NULL"))
+    result_id: Mapped[int | None] = mapped_column(ForeignKey("result.id", ondelete="SET NULL"))
+    baseline_result_id: Mapped[int | None] = mapped_column(ForeignKey("result.id", ondelete="SET NULL"))
+    op: Mapped[str | None] = mapped_column(String(300))
+    rule: Mapped[str | None] = mapped_column(String(100))
+    before: Mapped[float | None] = mapped_column(Float)
+    after: Mapped[float | None] = mapped_column(Float)
+    change_pct: Mapped[float | None] = mapped_column(Float)
+    # Every op whose count moved, for fusion alerts: [{"op", "rule", "before", "after", "change_pct"}];
+    # op/rule/before/after above repeat the leading one.
+    changes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    message: Mapped[str] = mapped_column(Text)
+    near_misses: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

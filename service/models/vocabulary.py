@@ -1,0 +1,20 @@
+"""The closed vocabularies the tables' CHECK constraints hold, in one place so a test can compare the
+constraints the migrations froze with the code (Alembic's compare does not see CHECK text)."""
+
+from __future__ import annotations
+
+from optimizer import LEVEL_NAMES
+
+ENGINES = ("fusionwatch", "onnxruntime")
+JOB_STATES = ("queued", "running", "done", "failed")
+RUN_STATES = ("running", "done", "failed")
+ALERT_KINDS = ("fusion-regression", "fusion-change", "numeric-mismatch", "job-failure", "timing-regression")
+ALERT_STATES = ("open", "acknowledged")
+HOOK_FORMATS = ("json", "slack")
+
+
+def one_of(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN (" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+__all__ = ["ALERT_KINDS", "ALERT_STATES", "ENGINES", "HOOK_FORMATS", "JOB_STATES", "LEVEL_NAMES", "RUN_STATES", "one_of"]

@@ -1,0 +1,51 @@
+"""How a project's models are measured: which engines and levels, how many runs, on what inputs.
+
+A project's `settings` override these defaults field by field; `POST /projects` validates them here,
+so a stored project always has a protocol the worker can follow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from service.models.vocabulary import ENGINES, LEVEL_NAMES
+
+
+class Protocol(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engines: list[str] = Field(default_factory=lambda: list(ENGINES))
+    levels: list[str] = Field(default_factory=lambda: list(LEVEL_NAMES))
+    warmup: int = Field(3, ge=0, le=100)
+    runs: int = Field(30, ge=1, le=1000)
+    # Fixed so timings compare across commits; 1 keeps two jobs on one machine from fighting.
+    threads: int = Field(1, ge=0, le=256)
+    # Values for symbolic input dimensions other than the batch (engines/feeds.py).
+    sequence_length: int = Field(128, ge=1, le=65536)
+    # The numeric check of every level against `disabled` (fp32 defaults of the project's tests).
+    rtol: float = Field(1e-3, ge=0)
+    atol: float = Field(1e-4, ge=0)
+    # timing-regression: the median must rise by at least this much and beyond the samples' spread.
+    timing_threshold_pct: float = Field(10.0, gt=0)
+
+    @field_validator("engines")
+    @classmethod
+    def _known_engines(cls, value: list[str]) -> list[str]:
+        return _subset(value, ENGINES, "engines")
+
+    @field_validator("levels")
+    @classmethod
+    def _known_levels(cls, value: list[str]) -> list[str]:
+        return _subset(value, LEVEL_NAMES, "levels")
+
+
+def _subset(value: list[str], allowed: tuple[str, ...], label: str) -> list[str]:
+    if not value or any(item not in allowed for item in value):
+        raise ValueError(f"{label} must be a non-empty subset of {list(allowed)}, got {value}")
+    return list(dict.fromkeys(value))
+
+
+def protocol_for(settings: dict[str, Any] | None) -> Protocol:
+    return Protocol(**(settings or {}))

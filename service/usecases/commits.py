@@ -1,0 +1,112 @@
+"""Record commits as CI or GitHub describes them, and walk their ancestry for baselines."""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.errors import Invalid, NotFound
+from service.models import Commit, Project
+
+MAX_SHA_CHARS = 64
+
+
+def record_commit(
+    session: Session,
+    project: Project,
+    sha: str,
+    branch: str = "main",
+    parents: list[str] | None = None,
+    message: str = "",
+    author: str = "",
+    timestamp: datetime | None = None,
+) -> Commit:
+    """The project's commit `sha`, inserted if new. A commit seen again keeps what it had and gains
+    what it lacked (GitHub may describe a commit CI reported first)."""
+    sha = sha.strip()
+    if not sha or len(sha) > MAX_SHA_CHARS or not all(c.isalnum() or c in "-_." for c in sha):
+        raise Invalid(f"commit sha {sha[:80]!r} must be 1 to {MAX_SHA_CHARS} letters, digits, '-', '_' or '.'")
+    parents = [p.strip() for p in (parents or []) if p and p.strip()]
+    if len(parents) > 16 or any(len(p) > MAX_SHA_CHARS for p in parents):
+        raise Invalid("a commit has at most 16 parents, each a sha of at most 64 characters")
+    if timestamp is not None and timestamp.tzinfo is None:
+        raise Invalid("commit timestamp must carry a time zone (e.g. 2026-11-24T10:00:00Z)")
+    commit = session.scalar(select(Commit).where(Commit.project_id == project.id, Commit.sha == sha))
+    if commit is not None:
+        commit.parents = commit.parents or parents
+        commit.message = commit.message or message[:10_000]
+        commit.author = commit.author or author[:255]
+        commit.timestamp = commit.timestamp or timestamp
+        return commit
+    seq = (session.scalar(select(func.max(Commit.seq)).where(Commit.project_id == project.id)) or 0) + 1
+    commit = Commit(
+        project_id=project.id,
+        sha=sha,
+        branch=(branch or "main")[:255],
+        parents=parents,
+        message=message[:10_000],
+        author=author[:255],
+        timestamp=timestamp,
+        seq=seq,
+    )
+    session.add(commit)
+    session.flush()
+    return commit
+
+
+def get_commit(session: Session, project: Project, sha: str) -> Commit:
+    commit = session.scalar(select(Commit).where(Commit.project_id == project.id, Commit.sha == sha))
+    if commit is None:
+        commit = session.scalar(
+            select(Commit).where(Commit.project_id == project.id, Commit.sha.startswith(sha)).limit(2)
+        ) if len(sha) >= 7 else None
+    if commit is None:
+        raise NotFound(f"project {project.name!r} has no commit {sha[:80]!r}")
+    return commit
+
+
+def ancestors(session: Session, commit: Commit) -> list[Commit]:
+    """The commit's recorded ancestors, nearest first, by breadth-first walk over parents.
+
+    The merge base of another branch is among them, so "nearest measured ancestor" also answers
+    for branches. Commits CI never reported end the walk there.
+    """
+    rows = session.execute(
+        select(Commit.id, Commit.sha, Commit.parents).where(Commit.project_id == commit.project_id)
+    ).all()
+    by_sha = {row.sha: row for row in rows}
+    seen = {commit.sha}
+    order: list[int] = []
+    queue = deque(commit.parents or [])
+    while queue:
+        sha = queue.popleft()
+        if sha in seen or sha not in by_sha:
+            continue
+        seen.add(sha)
+        row = by_sha[sha]
+        order.append(row.id)
+        queue.extend(row.parents or [])
+    commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(order)))} if order else {}
+    return [commits[i] for i in order]
+
+
+def earlier_on_branch(session: Session, commit: Commit) -> list[Commit]:
+    """Commits before this one on its branch, latest first: by timestamp where both have one, else arrival."""
+    rows = session.scalars(
+        select(Commit).where(
+            Commit.project_id == commit.project_id, Commit.branch == commit.branch, Commit.id != commit.id
+        )
+    ).all()
+
+    def key(c: Commit):
+        return (c.timestamp.timestamp() if c.timestamp else float("-inf"), c.seq)
+
+    mine = key(commit)
+    if commit.timestamp is None:
+        earlier = [c for c in rows if c.seq < commit.seq]
+        return sorted(earlier, key=lambda c: c.seq, reverse=True)
+    earlier = [c for c in rows if c.timestamp is not None and key(c) < mine] or [c for c in rows if c.seq < commit.seq]
+    return sorted(earlier, key=key, reverse=True)

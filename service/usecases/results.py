@@ -1,0 +1,144 @@
+"""Record one measurement (from a job, or posted from elsewhere), find its baseline, raise its alerts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.alerts.detect import detect
+from service.errors import Invalid
+from service.models import Alert, Commit, Machine, Model, Project, Result, ResultFusion, Run
+from service.protocol import protocol_for
+from service.stats import summarize
+from service.usecases.baselines import find_baseline
+
+MAX_SAMPLES = 10_000
+MAX_NEAR_MISSES = 500
+
+
+@dataclass
+class Measurement:
+    """What one engine reported for one model at one level; POST /results documents take this shape."""
+
+    engine: str
+    engine_version: str
+    level: str
+    fusions: dict[str, int]
+    execute_ms: list[float] = field(default_factory=list)
+    model_run_ms: list[float] = field(default_factory=list)
+    ops_after: dict[str, int] = field(default_factory=dict)
+    nodes_before: int | None = None
+    nodes_after: int | None = None
+    graph_hash: str | None = None
+    near_misses: list[dict[str, Any]] = field(default_factory=list)
+    rules: dict[str, Any] = field(default_factory=dict)
+    top_kernels: list[dict[str, Any]] = field(default_factory=list)
+    threads: int = 0
+    inputs: dict[str, str] = field(default_factory=dict)
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    numeric_ok: bool | None = None
+    peak_bytes: int | None = None
+    session_ms: float | None = None
+
+
+def fingerprint(project_id: int, model_id: int, m: Measurement, machine_class: str) -> str:
+    """The comparability key: what must be equal for two timings to be one series (not the engine version:
+    an engine's change is what the series is for)."""
+    key = [project_id, model_id, m.engine, m.level, machine_class, m.threads, sorted(m.inputs.items())]
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def get_or_create_machine(session: Session, description: dict[str, Any]) -> Machine:
+    fields = {
+        "machine_class": str(description.get("machine_class") or "cpu")[:32],
+        "hostname": str(description.get("hostname") or "")[:255],
+        "cpu": str(description.get("cpu") or "")[:255],
+        "cores": int(description.get("cores") or 0),
+        "isa": [str(x)[:32] for x in (description.get("isa") or [])][:64],
+        "gpu": str(description.get("gpu") or "")[:255],
+        "engine_versions": {str(k)[:64]: str(v)[:64] for k, v in (description.get("engine_versions") or {}).items()},
+    }
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+    machine = session.scalar(select(Machine).where(Machine.fingerprint == digest))
+    if machine is None:
+        machine = Machine(fingerprint=digest, **fields)
+        session.add(machine)
+        session.flush()
+    return machine
+
+
+def record_result(
+    session: Session,
+    run: Run,
+    model: Model,
+    measurement: Measurement,
+    machine: Machine,
+    job_id: int | None = None,
+    model_file_id: int | None = None,
+) -> tuple[Result, list[Alert]]:
+    """Store the result and the alerts its comparison raised; both in the caller's transaction."""
+    m = measurement
+    if len(m.execute_ms) > MAX_SAMPLES or len(m.model_run_ms) > MAX_SAMPLES:
+        raise Invalid(f"at most {MAX_SAMPLES} timing samples per result")
+    if any(not isinstance(v, int | float) or v < 0 for v in [*m.execute_ms, *m.model_run_ms]):
+        raise Invalid("timing samples must be non-negative numbers of milliseconds")
+    if any(not isinstance(c, int) or c < 0 for c in m.fusions.values()):
+        raise Invalid("fused-op counts must be non-negative integers")
+    stats = summarize(m.execute_ms)
+    project = session.get(Project, run.project_id)
+    result = Result(
+        job_id=job_id,
+        run_id=run.id,
+        project_id=run.project_id,
+        commit_id=run.commit_id,
+        model_id=model.id,
+        model_file_id=model_file_id,
+        machine_id=machine.id,
+        engine=m.engine,
+        engine_version=m.engine_version[:64],
+        level=m.level,
+        machine_class=machine.machine_class,
+        threads=m.threads,
+        inputs=m.inputs,
+        fingerprint=fingerprint(project.id, model.id, m, machine.machine_class),
+        nodes_before=m.nodes_before,
+        nodes_after=m.nodes_after,
+        ops_after=m.ops_after,
+        fusions=m.fusions,
+        rules=m.rules,
+        near_misses=m.near_misses[:MAX_NEAR_MISSES],
+        graph_hash=m.graph_hash,
+        execute_ms=list(m.execute_ms),
+        model_run_ms=list(m.model_run_ms),
+        median_ms=stats.median if stats else None,
+        p10_ms=stats.p10 if stats else None,
+        p90_ms=stats.p90 if stats else None,
+        mad_ms=stats.mad if stats else None,
+        top_kernels=m.top_kernels,
+        max_abs_error=m.max_abs_error,
+        max_rel_error=m.max_rel_error,
+        numeric_ok=m.numeric_ok,
+        peak_bytes=m.peak_bytes,
+        session_ms=m.session_ms,
+    )
+    session.add(result)
+    session.flush()
+    session.add_all(ResultFusion(result_id=result.id, op=op[:300], count=count) for op, count in m.fusions.items())
+    baseline = find_baseline(session, result)
+    alerts = detect(
+        result,
+        baseline,
+        model,
+        session.get(Commit, run.commit_id),
+        session.get(Commit, baseline.commit_id) if baseline else None,
+        protocol_for(project.settings),
+    )
+    session.add_all(alerts)
+    session.flush()
+    return result, alerts

@@ -1,0 +1,113 @@
+"""Start a run for a commit (one job per model × engine × level of the project's protocol) and read
+its progress and verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.errors import NotFound
+from service.models import Alert, Commit, Job, Model, Project, Run
+from service.models.base import utc_now
+from service.protocol import protocol_for
+
+# Alerts that make a run's verdict "regression"; fusion-change (counts rose) is information.
+REGRESSION_KINDS = ("fusion-regression", "timing-regression", "numeric-mismatch")
+
+
+def start_run(
+    session: Session,
+    project: Project,
+    commit: Commit,
+    trigger: str,
+    models: list[Model],
+    machine_class: str = "cpu",
+) -> tuple[Run, list[Job]]:
+    """A run with its jobs queued. Dispatch them (service/queue.py) after the transaction commits."""
+    protocol = protocol_for(project.settings)
+    run = Run(project_id=project.id, commit_id=commit.id, trigger=trigger, state="running")
+    session.add(run)
+    session.flush()
+    jobs = [
+        Job(
+            run_id=run.id,
+            model_id=model.id,
+            model_file_id=model.latest_file_id,
+            engine=engine,
+            level=level,
+            machine_class=machine_class,
+        )
+        for model in models
+        for engine in protocol.engines
+        for level in protocol.levels
+    ]
+    session.add_all(jobs)
+    if not jobs:
+        run.state, run.finished_at = "done", utc_now()
+    session.flush()
+    return run, jobs
+
+
+def record_only_run(session: Session, project: Project, commit: Commit, trigger: str) -> Run:
+    """A run for results measured elsewhere: no jobs, done when its results are in."""
+    run = Run(project_id=project.id, commit_id=commit.id, trigger=trigger, state="done", finished_at=utc_now())
+    session.add(run)
+    session.flush()
+    return run
+
+
+def finish_if_complete(session: Session, run_id: int) -> None:
+    pending = session.scalar(
+        select(func.count()).select_from(Job).where(Job.run_id == run_id, Job.state.in_(("queued", "running")))
+    )
+    run = session.get(Run, run_id)
+    if run is not None and not pending and run.state == "running":
+        failed = session.scalar(select(func.count()).select_from(Job).where(Job.run_id == run_id, Job.state == "failed"))
+        run.state = "failed" if failed else "done"
+        run.finished_at = utc_now()
+
+
+@dataclass
+class RunStatus:
+    run: Run
+    commit: Commit
+    project: Project
+    jobs_total: int
+    jobs_done: int
+    jobs_failed: int
+    verdict: str  # running, ok, regression, failed
+    alerts: list[Alert]
+    jobs: list[tuple[Job, str]]  # with the model's name
+
+
+def run_status(session: Session, run_id: int) -> RunStatus:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}")
+    jobs = session.execute(
+        select(Job, Model.name).join(Model, Model.id == Job.model_id).where(Job.run_id == run_id).order_by(Job.id)
+    ).all()
+    alerts = list(session.scalars(select(Alert).where(Alert.run_id == run_id).order_by(Alert.id)))
+    done = sum(1 for job, _ in jobs if job.state == "done")
+    failed = sum(1 for job, _ in jobs if job.state == "failed")
+    if any(a.kind in REGRESSION_KINDS for a in alerts):
+        verdict = "regression"
+    elif any(job.state in ("queued", "running") for job, _ in jobs):
+        verdict = "running"
+    elif failed:
+        verdict = "failed"
+    else:
+        verdict = "ok"
+    return RunStatus(
+        run=run,
+        commit=session.get(Commit, run.commit_id),
+        project=session.get(Project, run.project_id),
+        jobs_total=len(jobs),
+        jobs_done=done,
+        jobs_failed=failed,
+        verdict=verdict,
+        alerts=alerts,
+        jobs=[(job, name) for job, name in jobs],
+    )

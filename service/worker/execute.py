@@ -1,0 +1,68 @@
+"""Run one claimed job: measure its model file, record the result once, and deliver its alerts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from optimizer import LoadLimits, ModelLoadError
+from service import queue
+from service.alerts.delivery import deliver
+from service.engines import EngineError
+from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
+from service.measure import measure
+from service.models import Job, Model, ModelFile, Project, Result, Run
+from service.protocol import protocol_for
+from service.storage import ModelStore
+from service.usecases.results import get_or_create_machine, record_result
+
+log = logging.getLogger("fusionwatch.worker")
+
+
+def execute_job(
+    session_factory: Callable[[], Session],
+    job_id: int,
+    store: ModelStore,
+    limits: LoadLimits,
+    machine: dict,
+    custom_ops: CustomOps = NO_CUSTOM_OPS,
+) -> None:
+    """Measure a job the caller has claimed. A model that cannot be loaded or run fails the job at once
+    (retrying would fail the same way); a crash or a kill of this process is the caller's to retry."""
+    with session_factory() as session:
+        job = session.get(Job, job_id)
+        if session.scalar(select(Result.id).where(Result.job_id == job_id)) is not None:
+            queue.finish(session, job)  # an earlier attempt recorded it, then died before saying so
+            session.commit()
+            return
+        file = session.get(ModelFile, job.model_file_id)
+        run = session.get(Run, job.run_id)
+        project = session.get(Project, run.project_id)
+        protocol = protocol_for(project.settings)
+        path = store.get(file.sha256, file.filename, file.data_files).path
+        engine, level = job.engine, job.level
+    started = time.perf_counter()
+    try:
+        measurement = measure(path, engine, level, protocol, limits, custom_ops=custom_ops)
+    except (EngineError, ModelLoadError, FileNotFoundError) as error:
+        with session_factory() as session:
+            alert = queue.fail(session, session.get(Job, job_id), str(error))
+            session.commit()
+        deliver(session_factory, [alert.id])
+        return
+    with session_factory() as session:
+        job = session.get(Job, job_id)
+        machine_row = get_or_create_machine(session, machine)
+        result, alerts = record_result(
+            session, session.get(Run, job.run_id), session.get(Model, job.model_id), measurement, machine_row,
+            job_id=job.id, model_file_id=job.model_file_id,
+        )
+        queue.finish(session, job)
+        session.commit()
+        alert_ids = [a.id for a in alerts]
+    log.info("job done", extra={"job_id": job_id, "seconds": round(time.perf_counter() - started, 3), "alerts": len(alert_ids)})
+    deliver(session_factory, alert_ids)

@@ -1,0 +1,58 @@
+"""The fixtures exported as users export them: fused counts pinned, numerics at every level.
+
+BERT and RoBERTa without token_type_ids, GPT-2 with its key/value cache, a Llama-style model at
+opsets 14, 20 and 23, BERT and GPT-2 from the dynamo exporter at opset 23 (tests/models/README.md).
+Counts are our optimizer's at level extended; the README's table (tools/fusion_table.py) puts
+onnxruntime's beside them.
+"""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from optimizer import optimize
+from tests.oracle import MODELS, assert_same_outputs, fixture_feeds
+
+MS = "com.microsoft."
+BERT = {f"{MS}Attention": 2, f"{MS}BiasGelu": 2, f"{MS}EmbedLayerNormalization": 1, f"{MS}FusedGemm": 1,
+        f"{MS}SkipLayerNormalization": 4}
+# Llama: the first RMSNorm reads the embeddings, the four after a residual Add fuse with it.
+LLAMA = {"SimplifiedLayerNormalization": 1, f"{MS}SkipSimplifiedLayerNormalization": 4, f"{MS}QuickGelu": 2}
+
+EXTENDED: dict[str, dict[str, int]] = {
+    "bert_notype_torchscript_opset14.onnx": BERT,
+    "roberta_notype_torchscript_opset14.onnx": BERT,
+    "gpt2_cache_torchscript_opset14.onnx": {
+        "LayerNormalization": 3, "Reshape": 9, f"{MS}FastGelu": 2, f"{MS}FusedMatMul": 2,
+        f"{MS}SkipLayerNormalization": 2,
+    },
+    "llama_torchscript_opset14.onnx": {**LLAMA, "Reshape": 6, f"{MS}FusedMatMul": 2},
+    "llama_dynamo_opset20.onnx": {**LLAMA, f"{MS}FusedMatMul": 2},
+    # opset 23: the exporter's own Attention, RMSNormalization and RotaryEmbedding stay; the
+    # rules around them fire on both forms.
+    "llama_dynamo_opset23.onnx": {f"{MS}SkipSimplifiedLayerNormalization": 4, f"{MS}QuickGelu": 2},
+    "bert_dynamo_opset23.onnx": {f"{MS}BiasGelu": 2, f"{MS}EmbedLayerNormalization": 1, f"{MS}FusedGemm": 1,
+                                 f"{MS}SkipLayerNormalization": 4},
+    "gpt2_dynamo_opset23.onnx": {f"{MS}EmbedLayerNormalization": 1, f"{MS}FastGelu": 2,
+                                 f"{MS}SkipLayerNormalization": 4},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTENDED))
+def test_extended_fusions_are_pinned(name):
+    assert optimize(str(MODELS / name), "extended").report.fusions == EXTENDED[name]
+
+
+@pytest.mark.parametrize("level", ["basic", "extended", "all"])
+@pytest.mark.parametrize("name", sorted(EXTENDED))
+def test_every_level_matches_onnxruntime(name, level):
+    model = onnx.load(str(MODELS / name))
+    result = optimize(model, level)
+    assert_same_outputs(model, result, fixture_feeds(model, batch=2, seq=8))
+
+
+def test_opset_23_keeps_the_exporters_fused_ops():
+    ops = optimize(str(MODELS / "llama_dynamo_opset23.onnx"), "extended").report.ops_after
+    # the first RMS norm has no residual Add in front; the other four became SkipSimplifiedLayerNorm
+    assert ops["Attention"] == 2 and ops["RotaryEmbedding"] == 4 and ops["RMSNormalization"] == 1

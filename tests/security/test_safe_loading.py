@@ -1,0 +1,166 @@
+"""The one safe loader, at the library layer: optimizer, runtime from a path, bytes and a ModelProto,
+and the CLI. Each external-data escape is refused before a byte of the target is read, naming the
+tensor and the location; nothing the secret holds reaches an error, a report or an output."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+import runtime
+from optimizer import LoadLimits, ModelLoadError, UnsafeModelError, load_model, optimize
+from service.cli import app
+from tests import hostile_models as hostile
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def cases(tmp_path):
+    return hostile.external_data_cases(tmp_path)
+
+
+def _each(cases):
+    assert len(cases) >= 9
+    return cases
+
+
+def test_optimizer_refuses_every_escape_naming_tensor_and_location(cases, caplog):
+    caplog.set_level(logging.DEBUG)
+    for case in _each(cases):
+        with pytest.raises(UnsafeModelError) as error:
+            optimize(case.model_path, level="all")
+        text = str(error.value)
+        assert "tensor 'stolen'" in text and case.expected in text, (case.name, text)
+        assert not hostile.leaks_secret(text), case.name
+    assert not hostile.leaks_secret(caplog.text)
+
+
+@pytest.mark.parametrize("form", ["path", "bytes", "proto"])
+def test_runtime_refuses_every_escape(cases, form):
+    for case in _each(cases):
+        source = {
+            "path": case.model_path,
+            "bytes": case.model_path.read_bytes(),
+            "proto": onnx.load(case.model_path, load_external_data=False),
+        }[form]
+        options = runtime.SessionOptions(external_data_dir=str(case.model_path.parent))
+        with pytest.raises(UnsafeModelError) as error:
+            runtime.InferenceSession(source, options)
+        assert case.expected in str(error.value), (case.name, form, str(error.value))
+        assert not hostile.leaks_secret(str(error.value))
+
+
+@pytest.mark.parametrize("form", ["bytes", "proto"])
+def test_bytes_and_protos_with_external_data_need_a_directory(tmp_path, form):
+    """Even a location that would be fine beside a file is refused when no directory was given."""
+    (tmp_path / "weights.bin").write_bytes(hostile.SECRET)
+    proto = hostile.model_reading("weights.bin")
+    source = proto.SerializeToString() if form == "bytes" else proto
+    with pytest.raises(UnsafeModelError, match="came without a directory"):
+        runtime.InferenceSession(source)
+    with pytest.raises(UnsafeModelError, match="tensor 'stolen'.*'weights.bin'"):
+        load_model(source)
+
+
+def test_external_data_inside_the_model_directory_loads_and_runs(tmp_path):
+    values = np.array([0, 1], dtype=np.int64)
+    (tmp_path / "weights.bin").write_bytes(values.tobytes())
+    path = tmp_path / "model.onnx"
+    path.write_bytes(hostile.model_reading("weights.bin").SerializeToString())
+    session = runtime.InferenceSession(path, runtime.SessionOptions(graph_optimization_level="disabled"))
+    copied, unsqueezed = session.run(None, {})
+    np.testing.assert_array_equal(copied, values)
+    assert unsqueezed.shape == (1, 1, 3)
+    # The same model as bytes, given its directory the way onnxruntime's config entry gives it.
+    options = runtime.SessionOptions(external_data_dir=str(tmp_path))
+    copied, _ = runtime.InferenceSession(path.read_bytes(), options).run(None, {})
+    np.testing.assert_array_equal(copied, values)
+
+
+def test_cli_refuses_an_escape_with_one_error_line(cases):
+    case = next(c for c in cases if c.name == "absolute")
+    result = runner.invoke(app, ["optimize", str(case.model_path), "--json"])
+    assert result.exit_code == 2
+    assert "tensor 'stolen'" in result.output and "absolute" in result.output
+    assert not hostile.leaks_secret(result.output)
+
+
+def test_raw_data_of_the_wrong_size_is_refused_at_load():
+    with pytest.raises(ModelLoadError, match=r"tensor 'w' declares shape \[4\] \(16 bytes\) but its raw_data holds 12"):
+        load_model(hostile.raw_data_of_wrong_size())
+    with pytest.raises(ModelLoadError, match="raw_data holds 12"):
+        runtime.InferenceSession(hostile.raw_data_of_wrong_size())
+
+
+def test_duplicate_graph_outputs_are_a_load_error_naming_the_output():
+    with pytest.raises(ModelLoadError, match="graph output 'y' is listed twice"):
+        optimize(hostile.duplicate_graph_outputs())
+
+
+def test_node_count_and_tensor_size_limits():
+    with pytest.raises(ModelLoadError, match="51 nodes is over the limit of 50"):
+        load_model(hostile.many_nodes(51), limits=LoadLimits(max_nodes=50))
+    load_model(hostile.many_nodes(50), limits=LoadLimits(max_nodes=50))
+    with pytest.raises(ModelLoadError, match="declares 16 bytes .* over the limit of 8"):
+        load_model(hostile.raw_data_of_wrong_size(), limits=LoadLimits(max_tensor_bytes=8))
+
+
+@pytest.mark.parametrize(
+    "build, node",
+    [(hostile.unsqueeze_axes_out_of_range, "bad_unsqueeze"), (hostile.transpose_perm_is_string, "bad_transpose")],
+)
+def test_folding_an_invalid_node_leaves_it_and_reports_it(build, node):
+    result = optimize(build(), level="all")
+    assert node in {n.name for n in result.model.graph}
+    misses = [m for m in result.report.near_misses if m.rule == "ConstantFolding"]
+    assert [m.anchor for m in misses] == [node]
+    assert "cannot be evaluated on its constant inputs" in misses[0].reason
+
+
+@pytest.mark.parametrize("build, node_names", [
+    (hostile.huge_range, {"huge_range"}),
+    (hostile.lying_broadcast, {"broadcast_add", "broadcast_expand"}),
+])
+def test_folding_never_allocates_beyond_its_budget(build, node_names):
+    """Predicted from the inputs before evaluating: these would need 16 GB and 37 GiB."""
+    result = optimize(build(), level="all")
+    assert node_names <= {n.name for n in result.model.graph}
+
+
+def test_long_names_are_shortened_and_doc_strings_left_out_of_reports():
+    report = optimize(hostile.long_names(1_000_000), level="all").report
+    text = str(report.to_dict())
+    assert len(text) < 20_000
+    assert "d" * 1000 not in text
+    assert all(len(m.anchor) < 300 for m in report.near_misses)
+
+
+def test_near_miss_texts_quote_at_most_a_few_tensor_values(tmp_path):
+    """An Unsqueeze whose axes are 1,000 bad values: the near miss shows four and a count."""
+    data = onnx.helper.make_tensor("data", onnx.TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
+    axes = onnx.numpy_helper.from_array(np.arange(100, 1100, dtype=np.int64), "axes")
+    node = onnx.helper.make_node("Unsqueeze", ["data", "axes"], ["u"], name="u")
+    neg = onnx.helper.make_node("Neg", ["u"], ["y"])
+    graph = onnx.helper.make_graph([node, neg], "g", [], [onnx.helper.make_tensor_value_info("y", 1, None)], [data, axes])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    report = optimize(model, level="basic").report
+    reasons = " ".join(m.reason for m in report.near_misses)
+    assert "[100, 101, 102, 103, … 1000 values]" in reasons
+    assert "104" not in reasons
+
+
+@pytest.mark.parametrize("engine", ["fusionwatch", "onnxruntime"])
+def test_both_engines_refuse_before_opening_the_file(cases, engine):
+    """onnxruntime resolves external data itself, so the service checks the file before handing it over."""
+    from service.engines import EngineError, run_engine
+
+    for case in _each(cases):
+        with pytest.raises(EngineError) as error:
+            run_engine(engine, case.model_path, "all", runs=1, warmup=0)
+        assert "tensor 'stolen'" in str(error.value) and case.expected in str(error.value), case.name
+        assert not hostile.leaks_secret(str(error.value))

@@ -1,0 +1,114 @@
+"""POST /results (results measured elsewhere), baselines by ancestry and branch order, alert listing,
+acknowledgement, history, diff and metrics."""
+
+from __future__ import annotations
+
+import pytest
+
+FUSIONS = {"com.microsoft.BiasGelu": 2, "com.microsoft.SkipLayerNormalization": 4}
+STEADY = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0, 1.0]
+
+
+def _post(client, sha, parents=(), fusions=FUSIONS, samples=STEADY, branch="main", engine_version="1.20.0", **commit):
+    document = {
+        "project": "engine",
+        "commit": {"sha": sha, "branch": branch, "parents": list(parents), **commit},
+        "machine": {"machine_class": "cpu", "cpu": "test cpu", "cores": 2},
+        "results": [
+            {"model": "bert.onnx", "engine": "onnxruntime", "engine_version": engine_version, "level": "extended",
+             "fusions": fusions, "execute_ms": samples,
+             "near_misses": [{"rule": "BiasGeluFusion", "anchor": "/mlp/Gelu", "step": "gelu",
+                              "reason": "consumer Gelu is domain '' opset 20"}] if fusions != FUSIONS else []}
+        ],
+    }
+    reply = client.post("/api/v1/results", json=document)
+    assert reply.status_code == 201, reply.text
+    return reply.json()
+
+
+@pytest.fixture
+def project(client):
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+
+
+def test_engine_commits_raise_a_fusion_regression_only_where_the_count_dropped(client, project):
+    assert _post(client, "v119")["alerts"] == []
+    dropped = _post(client, "v120", ["v119"], fusions={"com.microsoft.SkipLayerNormalization": 4}, engine_version="1.20.0")
+    [alert] = dropped["alerts"]
+    assert alert["kind"] == "fusion-regression" and alert["rule"] == "BiasGeluFusion"
+    assert (alert["op"], alert["before"], alert["after"]) == ("com.microsoft.BiasGelu", 2, 0)
+    assert (alert["commit"], alert["baseline_commit"]) == ("v120", "v119")
+    assert "BiasGeluFusion: consumer Gelu is domain '' opset 20" in alert["message"]
+    fixed = _post(client, "v121", ["v120"])
+    assert [a["kind"] for a in fixed["alerts"]] == ["fusion-change"]  # back up: information, not a regression
+    run = client.get(fixed["run_url"]).json()
+    assert run["verdict"] == "ok"
+    assert client.get(dropped["run_url"]).json()["verdict"] == "regression"
+
+
+def test_timing_regression_needs_the_threshold_and_to_leave_the_spread(client, project):
+    _post(client, "t1")
+    assert _post(client, "t2", ["t1"], samples=[s * 1.05 for s in STEADY])["alerts"] == []  # under 10%
+    slow = _post(client, "t3", ["t2"], samples=[s * 1.5 for s in STEADY])
+    [alert] = slow["alerts"]
+    assert alert["kind"] == "timing-regression" and alert["change_pct"] > 40
+    noisy = [0.5, 3.0] * 5  # median +75% but p10 below the baseline's p90
+    assert _post(client, "t4", ["t3"], samples=noisy)["alerts"] == []
+
+
+def test_parentless_commits_are_ordered_by_timestamp_on_their_branch(client, project):
+    _post(client, "late", timestamp="2026-11-24T12:00:00Z")
+    _post(client, "early", timestamp="2026-11-24T08:00:00Z", fusions={"com.microsoft.SkipLayerNormalization": 4})
+    # "early" is older than "late", so "late" is not its baseline: nothing to compare with, no alert.
+    third = _post(client, "latest", timestamp="2026-11-24T13:00:00Z", fusions={})
+    [alert] = third["alerts"]
+    assert alert["baseline_commit"] == "late"
+
+
+def test_a_branch_compares_with_its_merge_base(client, project):
+    _post(client, "m1")
+    _post(client, "m2", ["m1"], fusions={"com.microsoft.BiasGelu": 2, "com.microsoft.SkipLayerNormalization": 5})
+    feature = _post(client, "f1", ["m1"], branch="feature", fusions={"com.microsoft.SkipLayerNormalization": 4})
+    [alert] = feature["alerts"]
+    assert alert["baseline_commit"] == "m1"  # its ancestor, not main's newer head
+
+
+def test_alerts_filter_acknowledge_history_diff_and_metrics(client, project):
+    _post(client, "a1")
+    _post(client, "a2", ["a1"], fusions={})
+    listed = client.get("/api/v1/alerts", params={"project": "engine", "kind": "fusion-regression"}).json()
+    assert listed["total"] == 1
+    alert_id = listed["items"][0]["id"]
+    assert client.post(f"/api/v1/alerts/{alert_id}/ack").json()["state"] == "acknowledged"
+    assert client.get("/api/v1/alerts", params={"state": "open"}).json()["total"] == 0
+    assert client.get("/api/v1/alerts", params={"kind": "nonsense"}).status_code == 422
+    assert client.post("/api/v1/alerts/999/ack").status_code == 404
+
+    [series] = client.get("/api/v1/projects/engine/history", params={"model": "bert.onnx"}).json()["series"]
+    assert [p["commit"] for p in series["points"]] == ["a1", "a2"]
+    assert series["points"][0]["fusions"] == FUSIONS and series["points"][0]["samples"] == len(STEADY)
+    diff = client.get("/api/v1/commits/a2/diff", params={"project": "engine"}).json()
+    [entry] = diff["models"]
+    assert entry["baseline_commit"] == "a1"
+    assert entry["fusions"]["com.microsoft.BiasGelu"] == {"before": 2, "after": 0}
+    metrics = client.get("/metrics").text
+    assert 'fusionwatch_alerts_total{kind="fusion-regression"} 1' in metrics
+    assert 'fusionwatch_jobs{state="queued"} 0' in metrics
+
+
+def test_bad_documents_and_unknown_names_are_named(client, project):
+    assert client.get("/api/v1/projects/nope").status_code == 404
+    assert client.get("/api/v1/runs/12345").json() == {"detail": "no run 12345"}
+    reply = client.post("/api/v1/results", json={"project": "engine", "commit": {"sha": "x"}, "results": [
+        {"model": "m.onnx", "engine": "tvm", "engine_version": "1", "level": "all", "fusions": {}}]})
+    assert reply.status_code == 422 and "results.0.engine" in reply.json()["detail"]
+    reply = client.post("/api/v1/projects", json={"name": "engine"})
+    assert reply.status_code == 409
+    reply = client.post("/api/v1/projects", json={"name": "x", "settings": {"levels": ["max"]}})
+    assert reply.status_code == 422 and "levels" in reply.json()["detail"]
+    reply = client.post("/api/v1/projects", json={"name": "a/b"})
+    assert reply.status_code == 422
+    reply = client.post("/api/v1/webhooks/ci", content=b"[]", headers={"content-type": "application/json"})
+    assert reply.status_code == 422 and "CI webhook" in reply.json()["detail"]
+    projects = client.get("/api/v1/projects").json()
+    assert projects["total"] == 1 and "webhook_secret" not in projects["items"][0]
