@@ -46,13 +46,13 @@ class SessionOptions:
     # Keep freed intermediates' memory for the next run, as onnxruntime's arena does
     # (runtime/memory.py; process-wide, applied by the first session that asks).
     enable_cpu_mem_arena: bool = True
-    # A kernel family's library fixed instead of measured, e.g. {"gemm": "numpy"} (families and
-    # candidates: runtime/kernels/libraries.py; runtime/kernel_choice.py measures the rest).
-    kernel_libraries: dict[str, str] = field(default_factory=dict)
     # Where a model given as bytes or a ModelProto keeps its external data (onnxruntime's
     # session.model_external_initializers_file_folder_path). A path's own directory is used for
     # a path; without either, external data is refused (optimizer/model_io.py says why).
     external_data_dir: str | os.PathLike | None = None
+    # A kernel family's library fixed instead of measured, e.g. {"gemm": "numpy"} (families and
+    # candidates: runtime/kernels/libraries.py; runtime/kernel_choice.py measures the rest).
+    kernel_libraries: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()

@@ -62,6 +62,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
             worker = EmbeddedWorker(
                 url, config.data_dir, config.machine_class, load_limits(config), config.job_timeout_s,
                 config.max_attempts, config.poll_interval_s, config.log_level, config.custom_ops,
+                config.job_memory_mb,
             )
             worker.start()
             app.state.worker = worker

@@ -40,3 +40,14 @@ def _version(package: str) -> str:
         return version(package)
     except PackageNotFoundError:
         return ""
+
+
+def limit_address_space(memory_mb: int = 0) -> int:
+    """Cap this process's address space (a worker's: jobs run hostile models); returns the cap in bytes.
+    0 means three quarters of the machine's physical memory."""
+    import resource
+
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = memory_mb * 1024**2 if memory_mb > 0 else physical * 3 // 4
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limit

@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     machine_class: str = "cpu"
     # A job running longer is killed and retried; after max_attempts it fails with its reason.
     job_timeout_s: float = 1800.0
+    # Address space a worker process may take (MB); 0: three quarters of the machine's memory. A model
+    # whose tensors explode at run time then fails its job with MemoryError instead of taking the
+    # machine's memory (or the OOM killer) with it.
+    job_memory_mb: int = 0
     max_attempts: int = 2
     # Python modules defining custom-op kernels for both engines (service/engines/custom_ops.py), comma-separated.
     custom_ops: str = ""

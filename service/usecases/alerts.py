@@ -33,8 +33,8 @@ def alert_dict(session: Session, alert: Alert) -> dict[str, Any]:
         "baseline_commit": sha(alert.baseline_commit_id),
         "op": alert.op,
         "rule": alert.rule,
-        "before": alert.before,
-        "after": alert.after,
+        "before": _count_or_ms(alert.kind, alert.before),
+        "after": _count_or_ms(alert.kind, alert.after),
         "change_pct": alert.change_pct,
         "changes": alert.changes,
         "message": alert.message,
@@ -77,3 +77,10 @@ def acknowledge(session: Session, alert_id: int) -> Alert:
     if alert.state != "acknowledged":
         alert.state, alert.acknowledged_at = "acknowledged", utc_now()
     return alert
+
+
+def _count_or_ms(kind: str, value: float | None) -> float | int | None:
+    """Fused-op counts are whole numbers; the column is shared with milliseconds."""
+    if value is not None and kind.startswith("fusion") and float(value).is_integer():
+        return int(value)
+    return value

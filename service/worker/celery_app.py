@@ -13,12 +13,13 @@ import socket
 from functools import cache
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 from service import queue
 from service.core.config import settings
 from service.db import make_engine, make_session_factory
 from service.engines.custom_ops import load_custom_ops
-from service.machine import describe_machine
+from service.machine import describe_machine, limit_address_space
 from service.storage import ModelStore
 
 log = logging.getLogger("fusionwatch.worker")
@@ -37,6 +38,12 @@ def celery_app_for(broker_url: str) -> Celery:
     )
     app.task(name="fusionwatch.run_job", bind=True)(_run_job)
     return app
+
+
+@worker_process_init.connect
+def _limit_pool_process(**_) -> None:
+    # Each pool process runs hostile models: cap its memory as the embedded worker's is capped.
+    limit_address_space(settings.job_memory_mb)
 
 
 def _run_job(task, job_id: int) -> str:

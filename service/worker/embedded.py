@@ -25,7 +25,7 @@ from service.alerts.delivery import deliver
 from service.core.logging import configure_logging
 from service.db import make_engine, make_session_factory
 from service.engines.custom_ops import load_custom_ops
-from service.machine import describe_machine
+from service.machine import describe_machine, limit_address_space
 from service.models import Job
 from service.models.base import utc_now
 from service.storage import ModelStore
@@ -37,9 +37,11 @@ log = logging.getLogger("fusionwatch.worker")
 def worker_main(
     database_url: str, data_dir: str, machine_class: str, limits: LoadLimits, poll_s: float, log_level: str,
     custom_ops: str = "",
+    memory_mb: int = 0,
 ) -> None:
     """The worker process's loop. SIGTERM lets the current job finish, then exits."""
     configure_logging(log_level)
+    limit_address_space(memory_mb)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     engine = make_engine(database_url)
@@ -77,8 +79,9 @@ class EmbeddedWorker:
         poll_s: float = 0.5,
         log_level: str = "WARNING",
         custom_ops: str = "",
+        memory_mb: int = 0,
     ) -> None:
-        self._args = (database_url, str(data_dir), machine_class, limits, poll_s, log_level, custom_ops)
+        self._args = (database_url, str(data_dir), machine_class, limits, poll_s, log_level, custom_ops, memory_mb)
         self._timeout = job_timeout_s
         self._max_attempts = max_attempts
         self._session_factory = make_session_factory(make_engine(database_url))

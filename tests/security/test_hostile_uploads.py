@@ -155,3 +155,22 @@ def test_a_10mb_node_name_is_stored_and_returned_shortened(client, project, sess
     assert diff.status_code == 200 and len(diff.text) < 50_000
     row_bytes = session.execute(text("SELECT near_misses, rules, ops_after FROM result")).all()
     assert len(repr(row_bytes)) < 50_000
+
+
+@pytest.mark.parametrize("build", [hostile.unsqueeze_axes_out_of_range, hostile.transpose_perm_is_string])
+def test_models_folding_cannot_evaluate_are_stored_and_their_jobs_end_with_a_reason(client, project, build):
+    """Never a 500: the upload is accepted (the graph is well-formed), the worker's optimizer leaves the node
+    alone, and the job ends done, or failed with the runtime's reason: the worker itself carries on."""
+    reply = _upload(client, project, [("file", ("m.onnx", build().SerializeToString()))], commit="f0")
+    assert reply.status_code == 201, reply.text
+    assert drain(client) == 1
+    run = client.get(reply.json()["run_url"]).json()
+    [job] = run["jobs"]
+    assert job["state"] in ("done", "failed")
+    if job["state"] == "failed":
+        assert job["error"] and "Traceback" not in job["error"]
+        assert [a["kind"] for a in run["alerts"]] == ["job-failure"]
+    # The service still answers and still runs the next job.
+    follow = _upload(client, project, [("file", ("ok.onnx", hostile.many_nodes(2).SerializeToString()))], commit="f1")
+    assert drain(client) == 1
+    assert client.get(follow.json()["run_url"]).json()["verdict"] == "ok"

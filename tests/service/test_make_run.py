@@ -31,14 +31,16 @@ def _command(*args: str) -> list[str]:
 
 
 @contextmanager
-def _serving(tmp_path, **env_overrides):
-    """`fusionwatch db upgrade` then `fusionwatch serve` on a fresh SQLite database; yields (base URL, server)."""
-    database = tmp_path / "nested" / "fusionwatch.db"  # a folder that does not exist yet
-    env = os.environ | {"FUSIONWATCH_DATABASE_URL": f"sqlite:///{database}", "FUSIONWATCH_LOG_LEVEL": "WARNING"}
+def _serving(tmp_path, database_url: str | None = None, **env_overrides):
+    """`fusionwatch db upgrade` then `fusionwatch serve` on a fresh database (default: SQLite in a folder
+    that does not exist yet); yields (base URL, server)."""
+    database = tmp_path / "nested" / "fusionwatch.db"
+    url = database_url or f"sqlite:///{database}"
+    env = os.environ | {"FUSIONWATCH_DATABASE_URL": url, "FUSIONWATCH_LOG_LEVEL": "WARNING"}
     env |= env_overrides
     upgrade = subprocess.run(_command("db", "upgrade"), env=env, capture_output=True, text=True, timeout=120)
     assert upgrade.returncode == 0, upgrade.stderr
-    assert database.is_file()
+    assert database_url or database.is_file()
     assert "is at migration" in upgrade.stderr
 
     port = _free_port()
@@ -83,7 +85,8 @@ def _wait_for_run(base: str, run_url: str, timeout_s: float = 180) -> dict:
 
 def _worker_pids(server: subprocess.Popen) -> list[int]:
     """The server's spawned worker processes (not multiprocessing's resource tracker)."""
-    children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+    # Every thread's children: the supervisor thread spawns the replacement of a dead worker.
+    children = [pid for task in Path(f"/proc/{server.pid}/task").iterdir() for pid in (task / "children").read_text().split()]
     return [int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
@@ -141,3 +144,46 @@ def test_serve_without_db_upgrade_exits_with_the_advice(tmp_path):
     )
     assert server.returncode == 2
     assert "run `fusionwatch db upgrade`" in server.stdout + server.stderr
+
+
+def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_on(tmp_path):
+    """Range(0, 2e9) and a (1e5,1)+(1,1e5) broadcast: the worker's address space is capped, so the job fails
+    with the allocation it could not make, and the next upload still runs."""
+    from tests import hostile_models as hostile
+
+    with _serving(tmp_path, FUSIONWATCH_JOB_MEMORY_MB="4096", FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
+        settings = {"runs": 1, "warmup": 0, "levels": ["basic"], "engines": ["fusionwatch", "onnxruntime"]}
+        httpx.post(f"{base}/projects", json={"name": "hostile", "settings": settings}).raise_for_status()
+        for index, build in enumerate((hostile.huge_range, hostile.lying_broadcast)):
+            upload = httpx.post(f"{base}/projects/hostile/models", data={"commit": f"bad{index}"},
+                                files={"file": (f"m{index}.onnx", build().SerializeToString())}, timeout=30)
+            assert upload.status_code == 201, upload.text
+            run = _wait_for_run(base, upload.json()["run_url"])
+            assert run["verdict"] == "failed", run
+            for job in run["jobs"]:
+                assert job["state"] == "failed" and "allocate" in job["error"].lower(), job
+        [worker] = _worker_pids(server)
+        with open(RESNET, "rb") as model:
+            upload = httpx.post(f"{base}/projects/hostile/models", files={"file": ("resnet.onnx", model.read())},
+                                data={"commit": "good"}, timeout=30)
+        assert _wait_for_run(base, upload.json()["run_url"])["verdict"] == "ok"
+        assert _worker_pids(server) == [worker]  # the same process: nothing crashed
+
+
+def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
+    env = {"FUSIONWATCH_JOB_TIMEOUT_S": "2", "FUSIONWATCH_MAX_ATTEMPTS": "1", "FUSIONWATCH_POLL_INTERVAL_S": "0.1"}
+    with _serving(tmp_path, **env) as (base, server):
+        settings = {"runs": 1000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
+        httpx.post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
+        with open(RESNET, "rb") as model:
+            upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
+                                data={"commit": "t1"}, timeout=30)
+        run = _wait_for_run(base, upload.json()["run_url"])
+        [job] = run["jobs"]
+        assert job["state"] == "failed" and "ran past the 2 s job timeout" in job["error"], job
+        [alert] = run["alerts"]
+        assert alert["kind"] == "job-failure" and "timeout" in alert["message"]
+        deadline = time.monotonic() + 30
+        while not _worker_pids(server):  # a fresh worker takes the killed one's place
+            assert time.monotonic() < deadline, "no worker process after the timeout"
+            time.sleep(0.1)
