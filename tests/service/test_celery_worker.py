@@ -70,7 +70,7 @@ def _pool_children(worker: subprocess.Popen) -> list[int]:
 def test_a_celery_worker_runs_a_job_and_a_killed_job_runs_again_once(
     client, session, migrated_database_url, service_settings, tmp_path
 ):
-    settings = {"runs": 300, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
+    settings = {"runs": 3000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
     client.post("/api/v1/projects", json={"name": "celery", "settings": settings}).raise_for_status()
     log = tmp_path / "worker.log"
     worker = _start_worker(migrated_database_url, service_settings, log)

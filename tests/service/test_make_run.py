@@ -117,7 +117,7 @@ def test_serve_runs_an_uploaded_commit_in_its_worker_process(tmp_path):
 def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path):
     """SIGKILL the worker process mid-job: the supervisor restarts it and the job runs again, once."""
     with _serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
-        settings = {"runs": 400, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
+        settings = {"runs": 3000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
         httpx.post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:
             upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
@@ -173,7 +173,7 @@ def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_
 def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
     env = {"FUSIONWATCH_JOB_TIMEOUT_S": "2", "FUSIONWATCH_MAX_ATTEMPTS": "1", "FUSIONWATCH_POLL_INTERVAL_S": "0.1"}
     with _serving(tmp_path, **env) as (base, server):
-        settings = {"runs": 1000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
+        settings = {"runs": 5000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
         httpx.post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:
             upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
