@@ -148,3 +148,62 @@ def test_unchanged_graph_and_engine_need_a_larger_step(client):
     assert _post(client, "c10", ["c9"], 1.08, 0, graph_hash="g", engine_version="1.0")["alerts"] == []
     [alert] = _post(client, "c11", ["c10"], 1.08, 0, graph_hash="g2", engine_version="1.0")["alerts"]
     assert alert["state"] == "suspected"
+
+
+# --- change points over history ---------------------------------------------------------------------
+
+
+def test_the_energy_statistic_matches_its_definition():
+    """_best_split's prefix sums against the formula written out for every split."""
+    import numpy as np
+
+    from service.alerts.change_points import MIN_SIDE, _best_split
+
+    x = np.array([0.1, 0.3, 0.2, 0.25, 0.9, 1.1, 0.95, 1.0, 0.2, 0.85, 1.05])
+    n = len(x)
+    best_q, best_tau = -np.inf, None
+    for tau in range(MIN_SIDE, n - MIN_SIDE + 1):
+        left, right = x[:tau], x[tau:]
+        cross = np.abs(left[:, None] - right[None, :]).mean()
+        within_l = np.abs(left[:, None] - left[None, :]).sum() / (tau * (tau - 1))
+        within_r = np.abs(right[:, None] - right[None, :]).sum() / ((n - tau) * (n - tau - 1))
+        q = tau * (n - tau) / n * (2 * cross - within_l - within_r)
+        if q > best_q:
+            best_q, best_tau = q, tau
+    tau, q = _best_split(np.abs(x[:, None] - x[None, :])[None])
+    assert (int(tau[0]), float(q[0])) == (best_tau, pytest.approx(best_q))
+
+
+def test_change_points_find_planted_steps_and_nothing_in_noise():
+    import numpy as np
+
+    from service.alerts.change_points import change_points
+
+    rng = np.random.default_rng(1)
+    quiet = np.exp(rng.normal(0, 0.03, 120))
+    assert change_points(quiet) == []
+    stepped = quiet.copy()
+    stepped[40:] *= 1.15
+    stepped[90:] /= 1.15
+    found = change_points(stepped)
+    assert [cp.index for cp in found] == [40, 90]
+    assert found[0].after / found[0].before == pytest.approx(1.15, rel=0.03) and found[0].p_value <= 0.001
+
+
+def test_history_returns_change_points_and_where_they_disagree_with_alerts(client):
+    client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
+    levels = [1.0] * 20 + [1.25] * 20 + [1.0] * 20  # a step up at c20 (alerted), back down at c40
+    for i, level in enumerate(levels):
+        _post(client, f"c{i}", [f"c{i - 1}"] if i else [], level, i)
+    [series] = client.get("/api/v1/projects/engine/history").json()["series"]
+    points = {cp["commit"]: cp for cp in series["change_points"]}
+    assert set(points) == {"c20", "c40"}
+    assert points["c20"]["change_pct"] == pytest.approx(25, abs=2) and points["c20"]["alert"]["state"] == "confirmed"
+    assert points["c40"]["change_pct"] < 0 and points["c40"]["alert"] is None  # faster: no alert, no disagreement
+    assert series["disagreements"] == []
+    # A step the per-commit decision cannot see (under its 5% bar, then raised by a 2× bar on unchanged code)
+    # shows up as a change point without an alert.
+    for i in range(60, 100):
+        _post(client, f"c{i}", [f"c{i - 1}"], 1.0 if i < 80 else 1.04, i, graph_hash="g", engine_version="1")
+    [series] = client.get("/api/v1/projects/engine/history").json()["series"]
+    assert [(d["commit"], d["what"]) for d in series["disagreements"]] == [("c80", "change point without a timing alert")]
