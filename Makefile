@@ -9,7 +9,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev install-export install-gpu install-cuda run test bench conformance lint fixtures clean
+.PHONY: install install-dev install-export install-gpu install-cuda run test bench bench-detect conformance lint fixtures clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,11 @@ test: $(DEVSTAMP)
 
 bench: $(EXPSTAMP)
 	$(BIN)/python -m bench
+
+# Precision, recall and delay of the alerts on planted regressions, with noise measured on this machine
+# (bench/data/detect_noise.npz; `$(BIN)/python -m bench.detect_measure` measures it again).
+bench-detect: $(DEVSTAMP)
+	$(BIN)/python -m bench.detect
 
 conformance: $(DEVSTAMP)
 	$(BIN)/python -m runtime.conformance

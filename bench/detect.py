@@ -35,6 +35,7 @@ from service.app import create_app
 from service.core.config import Settings
 from service.db import make_engine, make_session_factory
 from service.models import Alert, Commit, Model, Result
+from service.protocol import Protocol
 
 DATA = Path(__file__).resolve().parent / "data" / "detect_noise.npz"
 STEPS = (0.02, 0.03, 0.05, 0.07, 0.10, 0.15, 0.20, 0.30)
@@ -215,7 +216,7 @@ def main() -> None:
     parser.add_argument("--projects", type=int, default=8)
     parser.add_argument("--series", type=int, default=30, help="models per project")
     parser.add_argument("--commits", type=int, default=100)
-    parser.add_argument("--threshold-pct", type=float, default=5.0)
+    parser.add_argument("--threshold-pct", type=float, default=Protocol().timing_threshold_pct)
     parser.add_argument("--seed", type=int, default=10)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path, help="also write the report here")
