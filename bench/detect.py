@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -120,8 +121,13 @@ def run(args) -> dict:
                 reply.raise_for_status()
             print(f"project {project} ({kind}): {args.series} series × {args.commits} commits, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
-    with make_session_factory(make_engine(url))() as session:
-        return score(session, truth, args, meta)
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine)() as session:
+            return score(session, truth, args, meta)
+    finally:
+        engine.dispose()
+        shutil.rmtree(tmp, ignore_errors=True)  # in /dev/shm: memory, not disk
 
 
 def score(session, truth: dict, args, meta: dict) -> dict:

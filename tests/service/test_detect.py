@@ -207,3 +207,14 @@ def test_history_returns_change_points_and_where_they_disagree_with_alerts(clien
         _post(client, f"c{i}", [f"c{i - 1}"], 1.0 if i < 80 else 1.04, i, graph_hash="g", engine_version="1")
     [series] = client.get("/api/v1/projects/engine/history").json()["series"]
     assert [(d["commit"], d["what"]) for d in series["disagreements"]] == [("c80", "change point without a timing alert")]
+
+
+def test_every_measurement_carries_its_canary():
+    from pathlib import Path
+
+    from service.measure import measure
+    from service.protocol import Protocol
+
+    model = Path(__file__).resolve().parents[1] / "models" / "resnet_tiny_opset17.onnx"
+    measured = measure(model, "onnxruntime", "basic", Protocol(runs=2, warmup=1))
+    assert measured.canary_ms is not None and measured.canary_ms > 0
