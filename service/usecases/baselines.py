@@ -4,31 +4,83 @@ The nearest measured ancestor of the result's commit (breadth-first over parents
 branch's merge base counts), with the same fingerprint — same model, engine, level, machine class,
 threads and inputs. When the walk finds none (a parentless commit, or parents CI never reported),
 the latest earlier commit on the same branch, by timestamp or else arrival, stands in.
+
+Both are a few indexed queries whatever the history's length: the walk reads one generation of
+parents at a time and stops at the first measured one, so posting the 10,000th commit costs what
+posting the 10th did.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from service.models import Commit, Result
-from service.usecases.commits import ancestors, earlier_on_branch
+
+# A walk this deep without a measured ancestor gives up on ancestry (and falls back to branch order).
+MAX_GENERATIONS = 1000
 
 
 def find_baseline(session: Session, result: Result) -> Result | None:
     commit = session.get(Commit, result.commit_id)
-    measured = {
-        row.commit_id: row.id
-        for row in session.execute(
-            select(Result.commit_id, Result.id)
-            .where(Result.fingerprint == result.fingerprint, Result.id != result.id, Result.commit_id != commit.id)
-            .order_by(Result.id)
-        )
-    }  # latest result per commit wins (ids ascend)
-    if not measured:
-        return None
-    for candidates in (ancestors(session, commit), earlier_on_branch(session, commit)):
-        for ancestor in candidates:
-            if ancestor.id in measured:
-                return session.get(Result, measured[ancestor.id])
+    return _nearest_measured_ancestor(session, result, commit) or _latest_earlier_on_branch(session, result, commit)
+
+
+def _measured(session: Session, result: Result, commit_ids: list[int]) -> dict[int, Result]:
+    """The latest result with this fingerprint at each of these commits."""
+    rows = session.scalars(
+        select(Result)
+        .where(Result.fingerprint == result.fingerprint, Result.commit_id.in_(commit_ids), Result.id != result.id)
+        .order_by(Result.id)
+    ).all()
+    return {row.commit_id: row for row in rows}
+
+
+def _nearest_measured_ancestor(session: Session, result: Result, commit: Commit) -> Result | None:
+    seen = {commit.sha}
+    frontier = [sha for sha in dict.fromkeys(commit.parents or []) if sha not in seen]
+    for _ in range(MAX_GENERATIONS):
+        if not frontier:
+            return None
+        seen.update(frontier)
+        rows = session.execute(
+            select(Commit.id, Commit.sha, Commit.parents).where(
+                Commit.project_id == commit.project_id, Commit.sha.in_(frontier)
+            )
+        ).all()
+        order = {sha: i for i, sha in enumerate(frontier)}
+        rows = sorted(rows, key=lambda row: order[row.sha])
+        measured = _measured(session, result, [row.id for row in rows]) if rows else {}
+        for row in rows:  # nearest first, in the parents' own order
+            if row.id in measured:
+                return measured[row.id]
+        frontier = [sha for row in rows for sha in (row.parents or []) if sha not in seen]
+        frontier = list(dict.fromkeys(frontier))
     return None
+
+
+def _latest_earlier_on_branch(session: Session, result: Result, commit: Commit) -> Result | None:
+    """By timestamp where this commit has one (ties and untimed commits by arrival), else by arrival."""
+    if commit.timestamp is None:
+        earlier = Commit.seq < commit.seq
+        order = (Commit.seq.desc(),)
+    else:
+        earlier = or_(
+            Commit.timestamp < commit.timestamp,
+            and_(Commit.timestamp == commit.timestamp, Commit.seq < commit.seq),
+        )
+        order = (Commit.timestamp.desc(), Commit.seq.desc())
+    return session.scalar(
+        select(Result)
+        .join(Commit, Commit.id == Result.commit_id)
+        .where(
+            Result.fingerprint == result.fingerprint,
+            Result.id != result.id,
+            Commit.project_id == commit.project_id,
+            Commit.branch == commit.branch,
+            Commit.id != commit.id,
+            earlier,
+        )
+        .order_by(*order, Result.id.desc())
+        .limit(1)
+    )
