@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from service import migrate
 from service.api.deps import Services
-from service.api.routes import alerts, health, metrics, projects, results, runs, webhooks
+from service.api.routes import alerts, bisect, health, metrics, projects, results, runs, webhooks
 from service.core.config import Settings, settings
 from service.core.limits import load_limits, upload_limits
 from service.db import make_engine, make_session_factory
@@ -90,7 +90,8 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()[:5]]
         return JSONResponse({"detail": "; ".join(problems), "errors": problems}, status_code=422)
 
-    for router in (health.router, projects.router, webhooks.router, results.router, runs.router, alerts.router, metrics.router):
+    for router in (health.router, projects.router, webhooks.router, results.router, runs.router, alerts.router,
+                   bisect.router, metrics.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(metrics.router)  # Prometheus scrapes /metrics by default
     return app

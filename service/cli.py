@@ -19,12 +19,14 @@ from rich.console import Console
 from rich.table import Table
 
 from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
+from service.cli_bisect import bisect_command
 from service.cli_client import submit_command
 from service.cli_measure import analyze_command, run_command
 
 app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
 # soft_wrap: an error naming a long path stays on one line, whole, so it can be grepped and copied.
 err = Console(stderr=True, soft_wrap=True)
+app.command("bisect")(bisect_command)
 
 
 @app.command("optimize")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,3 +27,49 @@ def summarize(samples: list[float]) -> SampleStats | None:
         p90=float(np.percentile(values, 90)),
         mad=float(np.median(np.abs(values - median))),
     )
+
+
+def mann_whitney_greater(x: list[float] | np.ndarray, y: list[float] | np.ndarray) -> float:
+    """One-sided p-value of the Mann-Whitney U test that `x` tends to be larger than `y`.
+
+    The normal approximation with the tie correction and a continuity correction, as scipy's
+    `mannwhitneyu(x, y, alternative="greater", method="asymptotic")`; with 30 samples a side, as the
+    protocol takes, the approximation is within a few percent of the exact p-value where it matters.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n1, n2 = len(x), len(y)
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    pooled = np.concatenate([x, y])
+    ranks = _ranks(pooled)
+    u = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
+    _, counts = np.unique(pooled, return_counts=True)
+    n = n1 + n2
+    tie = float((counts**3 - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    variance = n1 * n2 / 12 * ((n + 1) - tie)
+    if variance <= 0:
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks from 1, ties given their mean rank."""
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = np.arange(1, len(values) + 1)
+    sorted_values = values[order]
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    ends = np.r_[starts[1:], len(values)]
+    for start, end in zip(starts, ends, strict=True):
+        if end - start > 1:
+            ranks[order[start:end]] = (start + 1 + end) / 2
+    return ranks
+
+
+def robust_spread(values: list[float] | np.ndarray) -> float:
+    """1.4826 × the median absolute deviation: the standard deviation for normal data, not moved by an outlier."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) == 0:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(values - np.median(values))))

@@ -1,7 +1,7 @@
 """Post alerts to a project's hooks, with retries, and log every attempt (alert_delivery).
 
 Slack-compatible hooks get `{"text": message}`; generic JSON hooks get `{"alert": {...}}`. A hook
-that keeps failing is logged and left; it never fails the job or the request that raised the alert.
+that keeps failing is logged and left; suspected timing alerts are not posted (their confirmation is); it never fails the job or the request that raised the alert.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def deliver(session_factory: Callable[[], Session], alert_ids: list[int]) -> Non
         posts = []
         for alert_id in alert_ids:
             alert = session.get(Alert, alert_id)
+            if alert.state == "suspected":
+                continue  # a timing alert is delivered once a second measurement confirms it
             hooks = session.scalars(select(Hook).where(Hook.project_id == alert.project_id)).all()
             body = alert_dict(session, alert) if hooks else None
             for hook in hooks:

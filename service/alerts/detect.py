@@ -3,7 +3,8 @@
 fusion-regression: fused ops' counts dropped (exact, immediate); one alert per result, led by the op
 that lost the most, every drop in `changes`. fusion-change: counts rose (info), the same way, with any
 drop that a rise explains (an op absorbed into a larger fusion, see `absorbed_into`).
-timing-regression: timing.decide says so. numeric-mismatch: the level's outputs left the tolerance
+timing-regression: against a window of measured ancestors, suspected then confirmed
+(`timing_alerts.py`, deciding with `timing.decide`). numeric-mismatch: the level's outputs left the tolerance
 of level `disabled` (no baseline needed).
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 from functools import cache
 
+from sqlalchemy.orm import Session
+
 from optimizer import rules_for_level
-from service.alerts import timing
+from service.alerts import timing_alerts
 from service.models import Alert, Commit, Model, Result
 from service.protocol import Protocol
 
@@ -42,6 +45,7 @@ def absorbed_into() -> dict[str, frozenset[str]]:
 
 
 def detect(
+    session: Session,
     result: Result,
     baseline: Result | None,
     model: Model,
@@ -108,18 +112,8 @@ def detect(
     if rises:
         parts = [f"{c['rule'] or c['op']}: {c['op']} {c['before']} → {c['after']}" for c in rises]
         alerts.append(_fusion_alert("fusion-change", rises, f"{'; '.join(parts)} for {where} {against}", [], common))
-    verdict = timing.decide(result.execute_ms, baseline.execute_ms, protocol.timing_threshold_pct)
-    if verdict is not None and verdict.regressed:
-        alerts.append(
-            Alert(
-                kind="timing-regression",
-                before=verdict.before_ms,
-                after=verdict.after_ms,
-                change_pct=verdict.change_pct,
-                message=f"SequentialExecutor::Execute regressed for {where} {against}: {verdict.why}",
-                **common,
-            )
-        )
+    timing_common = {k: v for k, v in common.items() if k not in ("baseline_commit_id", "baseline_result_id")}
+    alerts.extend(timing_alerts.evaluate(session, result, timing_common, where, protocol.timing_threshold_pct))
     return alerts
 
 

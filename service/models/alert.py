@@ -44,3 +44,6 @@ class Alert(Base):
     near_misses: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     acknowledged_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Timing alerts: the measurement that confirmed a suspected one (a re-measurement or the next commit).
+    confirmed_result_id: Mapped[int | None] = mapped_column(ForeignKey("result.id", ondelete="SET NULL"))
+    confirmed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -59,6 +59,7 @@ class Result(Base):
     p90_ms: Mapped[float | None] = mapped_column(Float)
     mad_ms: Mapped[float | None] = mapped_column(Float)
     top_kernels: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    canary_ms: Mapped[float | None] = mapped_column(Float)  # the job's fixed matrix product (service/canary.py)
     max_abs_error: Mapped[float | None] = mapped_column(Float)  # against level `disabled`
     max_rel_error: Mapped[float | None] = mapped_column(Float)
     numeric_ok: Mapped[bool | None] = mapped_column()

@@ -9,7 +9,8 @@ ENGINES = ("fusionwatch", "onnxruntime")
 JOB_STATES = ("queued", "running", "done", "failed")
 RUN_STATES = ("running", "done", "failed")
 ALERT_KINDS = ("fusion-regression", "fusion-change", "numeric-mismatch", "job-failure", "timing-regression")
-ALERT_STATES = ("open", "acknowledged")
+# Timing alerts start suspected and become confirmed when a second measurement agrees; others start open.
+ALERT_STATES = ("open", "acknowledged", "suspected", "confirmed")
 HOOK_FORMATS = ("json", "slack")
 
 

@@ -58,6 +58,7 @@ class ResultIn(BaseModel):
     numeric_ok: bool | None = None
     peak_bytes: int | None = None
     session_ms: float | None = None
+    canary_ms: float | None = Field(None, gt=0)  # service/canary.py, timed by the same job
 
 
 class ResultsDocument(BaseModel):

@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.errors import Invalid, NotFound
-from service.models import Alert, Commit, Model, Project
+from service.models import Alert, Commit, Model, Project, Result
 from service.models.base import utc_now
 from service.models.vocabulary import ALERT_KINDS, ALERT_STATES
 
@@ -40,6 +40,7 @@ def alert_dict(session: Session, alert: Alert) -> dict[str, Any]:
         "message": alert.message,
         "near_misses": alert.near_misses,
         "created_at": alert.created_at.isoformat(),
+        "confirmed_by": sha(session.get(Result, alert.confirmed_result_id).commit_id) if alert.confirmed_result_id else None,
     }
 
 

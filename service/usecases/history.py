@@ -1,5 +1,5 @@
-"""Read the history of results: the series per model × engine × level, and one commit's diff against
-its baselines."""
+"""Read the history of results: the series per model × engine × level with their change points (and
+where those disagree with the timing alerts), and one commit's diff against its baselines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.models import Commit, Model, Project, Result
+from service.alerts.change_points import change_points
+from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
 
@@ -70,7 +71,52 @@ def history(
             points.append(_point(result, commit))
     for entry in series.values():
         entry["points"] = entry["points"][-limit:]
+        _mark_change_points(session, project, entry)
     return list(series.values())
+
+
+AGREE_WITHIN = 2  # commits between a change point and an alert that still count as the same step
+
+
+def _mark_change_points(session: Session, project: Project, entry: dict[str, Any]) -> None:
+    """The series' change points (E-divisive means over each commit's p10), each with the timing alert
+    raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs."""
+    points = entry["points"]
+    timed = [(i, p) for i, p in enumerate(points) if p["p10_ms"]]
+    found = change_points([p["p10_ms"] for _, p in timed]) if len(timed) >= 6 else []
+    model_id = session.scalar(select(Model.id).where(Model.project_id == project.id, Model.name == entry["model"]))
+    alerts = session.execute(
+        select(Alert, Commit.sha).join(Commit, Commit.id == Alert.commit_id).where(
+            Alert.project_id == project.id, Alert.kind == "timing-regression", Alert.model_id == model_id,
+            Alert.engine == entry["engine"], Alert.level == entry["level"],
+        ).order_by(Alert.id)
+    ).all()
+    position = {p["commit"]: i for i, p in enumerate(points)}
+    alerted = {position[sha]: alert for alert, sha in alerts if sha in position}
+    entry["change_points"], entry["disagreements"] = [], []
+    backed: set[int] = set()
+    for cp in found:
+        at = timed[cp.index][0]
+        near = [i for i in alerted if abs(i - at) <= AGREE_WITHIN]
+        alert = alerted[min(near, key=lambda i: abs(i - at))] if near else None
+        backed.update(near)
+        change = (cp.after - cp.before) / cp.before * 100
+        entry["change_points"].append({
+            "commit": points[at]["commit"], "index": at, "before_p10_ms": cp.before, "after_p10_ms": cp.after,
+            "change_pct": change, "p_value": cp.p_value,
+            "alert": {"id": alert.id, "state": alert.state} if alert else None,
+        })
+        if alert is None and change > 0:
+            entry["disagreements"].append({
+                "commit": points[at]["commit"], "what": "change point without a timing alert",
+                "change_pct": change,
+            })
+    for i, alert in sorted(alerted.items()):
+        if i not in backed and alert.state != "suspected":
+            entry["disagreements"].append({
+                "commit": points[i]["commit"], "what": "timing alert without a change point",
+                "alert": {"id": alert.id, "state": alert.state},
+            })
 
 
 def commit_diff(session: Session, project: Project, sha: str) -> dict[str, Any]:

@@ -45,6 +45,7 @@ class Measurement:
     numeric_ok: bool | None = None
     peak_bytes: int | None = None
     session_ms: float | None = None
+    canary_ms: float | None = None  # the job's fixed matrix product, timed next to the model (service/canary.py)
 
 
 def fingerprint(project_id: int, model_id: int, m: Measurement, machine_class: str) -> str:
@@ -88,6 +89,8 @@ def record_result(
         raise Invalid(f"at most {MAX_SAMPLES} timing samples per result")
     if any(not isinstance(v, int | float) or v < 0 for v in [*m.execute_ms, *m.model_run_ms]):
         raise Invalid("timing samples must be non-negative numbers of milliseconds")
+    if m.canary_ms is not None and not m.canary_ms > 0:
+        raise Invalid("canary_ms must be a positive number of milliseconds")
     if any(not isinstance(c, int) or c < 0 for c in m.fusions.values()):
         raise Invalid("fused-op counts must be non-negative integers")
     stats = summarize(m.execute_ms)
@@ -126,12 +129,14 @@ def record_result(
         numeric_ok=m.numeric_ok,
         peak_bytes=m.peak_bytes,
         session_ms=m.session_ms,
+        canary_ms=m.canary_ms,
     )
     session.add(result)
     session.flush()
     session.add_all(ResultFusion(result_id=result.id, op=op[:300], count=count) for op, count in m.fusions.items())
     baseline = find_baseline(session, result)
     alerts = detect(
+        session,
         result,
         baseline,
         model,

@@ -92,7 +92,7 @@ def run_status(session: Session, run_id: int) -> RunStatus:
     alerts = list(session.scalars(select(Alert).where(Alert.run_id == run_id).order_by(Alert.id)))
     done = sum(1 for job, _ in jobs if job.state == "done")
     failed = sum(1 for job, _ in jobs if job.state == "failed")
-    if any(a.kind in REGRESSION_KINDS for a in alerts):
+    if any(a.kind in REGRESSION_KINDS and a.state != "suspected" for a in alerts):
         verdict = "regression"
     elif any(job.state in ("queued", "running") for job, _ in jobs):
         verdict = "running"

@@ -1,0 +1,105 @@
+"""Change points over a series' history: E-divisive means with a permutation test.
+
+The offline view beside the per-commit alerts (Matteson & James 2014, as Apache Otava and MongoDB
+use it): the split of a stretch of history that maximizes the energy distance between the two sides,
+kept when fewer than `p_value` of random reorderings of the stretch split as well, then the same on
+each side. Long histories are cut into windows of `window` points that overlap by half (a step
+between two windows is still inside one); points found twice are merged.
+
+The series is the logarithm of each commit's p10 (the statistic `timing.decide` uses), so a 10%
+step weighs the same at 1 ms and at 100 ms. Pure numbers in, indices out: `usecases/history.py` maps
+them to commits and compares them with the alerts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+WINDOW = 50
+P_VALUE = 0.001
+PERMUTATIONS = 1999  # the smallest p a test can give is 1 / (PERMUTATIONS + 1) = 0.0005
+MIN_SIDE = 3  # points on each side of a split
+BATCH = 250  # permutations evaluated at once
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    index: int  # the first point of the new level
+    p_value: float
+    before: float  # median of the stretch before, in the input's units
+    after: float
+
+
+def change_points(
+    values: list[float] | np.ndarray, window: int = WINDOW, p_value: float = P_VALUE, seed: int = 0
+) -> list[ChangePoint]:
+    """Change points of `values` (positive timings), in order."""
+    x = np.log(np.asarray(values, dtype=np.float64))
+    n = len(x)
+    found: dict[int, float] = {}
+    rng = np.random.default_rng(seed)
+    starts = [0] if n <= window else list(range(0, n - window // 2, window // 2))
+    for start in starts:
+        stop = min(n, start + window)
+        for index, p in _divide(x, start, stop, p_value, rng):
+            near = [i for i in found if abs(i - index) <= 2]
+            if near:
+                keep = min([*near, index], key=lambda i: found.get(i, p))
+                best = min(found.get(i, p) for i in [*near, index])
+                for i in near:
+                    del found[i]
+                found[keep] = best
+            else:
+                found[index] = p
+    points = sorted(found)
+    result = []
+    for k, index in enumerate(points):
+        left = points[k - 1] if k else 0
+        right = points[k + 1] if k + 1 < len(points) else n
+        result.append(ChangePoint(index, found[index], float(np.exp(np.median(x[left:index]))),
+                                  float(np.exp(np.median(x[index:right])))))
+    return result
+
+
+def _divide(x: np.ndarray, start: int, stop: int, p_value: float, rng: np.random.Generator):
+    if stop - start < 2 * MIN_SIDE:
+        return
+    segment = x[start:stop]
+    distances = np.abs(segment[:, None] - segment[None, :])
+    observed = _best_split(distances[None])
+    tau, q = int(observed[0][0]), float(observed[1][0])
+    if q <= 0:
+        return
+    exceed = 0
+    for done in range(0, PERMUTATIONS, BATCH):
+        count = min(BATCH, PERMUTATIONS - done)
+        orders = rng.permuted(np.tile(np.arange(len(segment)), (count, 1)), axis=1)
+        permuted = distances[orders[:, :, None], orders[:, None, :]]
+        exceed += int((_best_split(permuted)[1] >= q).sum())
+        if (exceed + 1) / (PERMUTATIONS + 1) > p_value:
+            return  # already not significant: stop early
+    p = (exceed + 1) / (PERMUTATIONS + 1)
+    yield start + tau, p
+    yield from _divide(x, start, start + tau, p_value, rng)
+    yield from _divide(x, start + tau, stop, p_value, rng)
+
+
+def _best_split(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For a batch of distance matrices [B, n, n]: the split τ maximizing the energy statistic
+    q(τ) = τ(n−τ)/n · (2·mean cross distance − mean left distance − mean right distance), and q there."""
+    _, n, _ = d.shape
+    upper = np.triu(d, 1)
+    prefix = upper.cumsum(axis=1).cumsum(axis=2)
+    tau = np.arange(MIN_SIDE, n - MIN_SIDE + 1)
+    left = prefix[:, tau - 1, tau - 1]  # pairs i < k < τ
+    rows = upper.sum(axis=2).cumsum(axis=1)[:, tau - 1]  # pairs with i < τ
+    total = upper.sum(axis=(1, 2))[:, None]
+    right = total - rows  # pairs τ ≤ i < k
+    cross = rows - left
+    m = n - tau
+    energy = 2 * cross / (tau * m) - left / (tau * (tau - 1) / 2) - right / (m * (m - 1) / 2)
+    q = tau * m / n * energy
+    best = q.argmax(axis=1)
+    return tau[best], q[np.arange(len(q)), best]

@@ -1,0 +1,36 @@
+"""Bisect: the next commit to measure between a good and a bad one (an alert's, or the client's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from service.api.deps import SessionDep
+from service.usecases import bisect
+from service.usecases.projects import get_project
+
+router = APIRouter(tags=["bisect"])
+
+
+class BisectRequest(BaseModel):
+    good: str = Field(min_length=1, max_length=64)
+    bad: str = Field(min_length=1, max_length=64)
+    model: str | None = Field(None, max_length=255)
+    engine: str | None = Field(None, max_length=32)
+    level: str | None = Field(None, max_length=16)
+    kind: str | None = Field(None, pattern="^(fusion|timing)$")
+    commits: list[str] | None = Field(None, max_length=bisect.MAX_PATH)  # between good and bad, oldest first
+
+
+@router.get("/alerts/{alert_id}/bisect")
+def read_alert_bisect(session: SessionDep, alert_id: int) -> dict[str, Any]:
+    return bisect.bisect_alert(session, alert_id)
+
+
+@router.post("/projects/{project}/bisect")
+def create_bisect_step(session: SessionDep, project: str, body: BisectRequest) -> dict[str, Any]:
+    found = get_project(session, project)
+    return bisect.bisect_range(session, found, body.good, body.bad, body.model, body.engine, body.level,
+                               body.kind, body.commits)

@@ -1,0 +1,220 @@
+"""Timing regressions engineers can trust: the per-commit decision (rank test and minimum effect, the
+canary, unchanged code) and the alerts' life over a series (suspected, confirmed, delivered)."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.alerts import timing
+from service.stats import mann_whitney_greater
+from tests.service.receiver import Receiver
+
+# 30 samples around 1 ms with a within-job spread of a few percent; JOB_WOBBLE moves whole jobs by ±1%.
+SHAPE = [1.0 + 0.03 * ((i * 7) % 11 - 5) / 5 for i in range(30)]
+JOB_WOBBLE = [1.0, 1.01, 0.99, 1.005, 0.995, 1.01, 0.99, 1.0, 1.008, 0.992]
+
+
+def job(level: float, i: int = 0, canary: float | None = 2.0) -> timing.Job:
+    return timing.Job([level * JOB_WOBBLE[i % len(JOB_WOBBLE)] * s for s in SHAPE], canary)
+
+
+STEADY_WINDOW = [job(1.0, i) for i in range(12)]
+
+
+def test_mann_whitney_matches_scipy_asymptotic_with_ties():
+    x, y = [1.3, 1.1, 1.25, 1.4, 1.05, 1.2], [1.0, 1.1, 0.9, 1.05, 1.0, 0.95, 1.2, 1.1]
+    # scipy.stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue, and the reverse
+    assert mann_whitney_greater(x, y) == pytest.approx(0.011398423024856226, rel=1e-9)
+    assert mann_whitney_greater(y, x) == pytest.approx(0.9919562922451326, rel=1e-9)
+
+
+def test_a_step_beyond_the_bar_regresses_and_one_inside_does_not():
+    verdict = timing.decide(job(1.2), STEADY_WINDOW, threshold_pct=5)
+    assert verdict.regressed and verdict.change_pct == pytest.approx(20, abs=1)
+    assert verdict.min_effect_pct == pytest.approx(5)  # the window is quiet: the set percentage is the bar
+    assert not timing.decide(job(1.04), STEADY_WINDOW, threshold_pct=5).regressed
+
+
+def test_the_bar_follows_the_windows_own_noise():
+    noisy = [job(level) for level in (1.0, 1.12, 0.9, 1.08, 0.93, 1.1, 0.88, 1.05, 0.95, 1.0, 1.15, 0.9)]
+    verdict = timing.decide(job(1.2), noisy, threshold_pct=5)
+    assert verdict.noise_pct > 8 and verdict.min_effect_pct == pytest.approx(3 * verdict.noise_pct)
+    assert not verdict.regressed  # +20% is inside this series' job-to-job wobble
+    assert timing.decide(job(1.6), noisy, threshold_pct=5).regressed
+
+
+def test_unchanged_graph_and_engine_raise_the_bar_and_a_short_window_too():
+    assert timing.decide(job(1.08), STEADY_WINDOW, threshold_pct=5, code_changed=True).regressed
+    same = timing.decide(job(1.08), STEADY_WINDOW, threshold_pct=5, code_changed=False)
+    assert not same.regressed and same.min_effect_pct == pytest.approx(10)
+    assert timing.decide(job(1.3), STEADY_WINDOW, threshold_pct=5, code_changed=False).regressed
+    short = timing.decide(job(1.08), STEADY_WINDOW[:2], threshold_pct=5)
+    assert not short.regressed and short.min_effect_pct == pytest.approx(10)
+
+
+def test_a_job_whose_canary_ran_slow_is_not_trusted_and_slow_window_jobs_are_left_out():
+    slow = timing.decide(job(1.3, canary=2.4), STEADY_WINDOW, threshold_pct=5)
+    assert not slow.regressed and slow.canary_slow_pct == pytest.approx(20) and "canary" in slow.why
+    # Window jobs timed in a slow moment (canary +50%, the model +40%) neither lift the level nor the noise.
+    window = STEADY_WINDOW[:8] + [job(1.4, canary=3.0) for _ in range(4)]
+    verdict = timing.decide(job(1.2), window, threshold_pct=5)
+    assert verdict.before_ms == pytest.approx(timing.decide(job(1.2), STEADY_WINDOW[:8], 5).before_ms)
+    assert verdict.regressed
+
+
+def test_a_confirmation_must_agree_in_size():
+    first = timing.decide(job(1.2), STEADY_WINDOW, threshold_pct=5)
+    assert timing.agree(first, timing.decide(job(1.21, 3), STEADY_WINDOW, threshold_pct=5))
+    assert not timing.agree(first, timing.decide(job(2.5), STEADY_WINDOW, threshold_pct=5))  # another slow moment
+    assert not timing.agree(first, timing.decide(job(1.0), STEADY_WINDOW, threshold_pct=5))
+
+
+# --- over a series, through POST /results ---------------------------------------------------------
+
+
+def _post(client, sha, parents, level, i=0, canary=2.0, graph_hash=None, engine_version=None):
+    document = {
+        "project": "engine",
+        "commit": {"sha": sha, "parents": parents},
+        "machine": {"machine_class": "cpu", "cpu": "test cpu", "cores": 2},
+        "results": [{
+            "model": "bert.onnx", "engine": "fusionwatch", "engine_version": engine_version or f"0.{sha}",
+            "level": "all", "fusions": {"com.microsoft.BiasGelu": 2}, "graph_hash": graph_hash,
+            "execute_ms": list(job(level, i).samples), "canary_ms": canary,
+        }],
+    }
+    reply = client.post("/api/v1/results", json=document)
+    assert reply.status_code == 201, reply.text
+    return reply.json()
+
+
+@pytest.fixture
+def history(client):
+    """A project with a hook and ten quiet commits c0..c9."""
+    client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
+    with Receiver() as receiver:
+        client.post("/api/v1/projects/engine/hooks", json={"url": receiver.url}).raise_for_status()
+        for i in range(10):
+            assert _post(client, f"c{i}", [f"c{i - 1}"] if i else [], 1.0, i)["alerts"] == []
+        yield receiver
+
+
+def _timing_alerts(client):
+    return client.get("/api/v1/alerts", params={"kind": "timing-regression"}).json()["items"]
+
+
+def test_a_step_is_suspected_then_confirmed_by_the_next_commit_and_only_then_delivered(client, history):
+    slow = _post(client, "c10", ["c9"], 1.25, 0)
+    [alert] = slow["alerts"]
+    assert alert["state"] == "suspected" and alert["commit"] == "c10" and alert["baseline_commit"] == "c9"
+    assert history.bodies == []  # suspected: not delivered
+    assert client.get(slow["run_url"]).json()["verdict"] == "ok"
+    confirmed = _post(client, "c11", ["c10"], 1.25, 1)
+    [same] = confirmed["alerts"]
+    assert same["id"] == alert["id"] and same["state"] == "confirmed" and same["confirmed_by"] == "c11"
+    assert "Confirmed by the next commit c11" in same["message"]
+    assert [b["alert"]["id"] for b in history.bodies] == [alert["id"]]
+    assert client.get(slow["run_url"]).json()["verdict"] == "regression"
+    # The series' level changed at c10: later commits at that level are compared with it and stay quiet.
+    for i in range(12, 16):
+        assert _post(client, f"c{i}", [f"c{i - 1}"], 1.25, i)["alerts"] == []
+    assert len(_timing_alerts(client)) == 1
+
+
+def test_one_slow_job_stays_suspected_and_leaves_the_window(client, history):
+    [alert] = _post(client, "c10", ["c9"], 1.4, 0)["alerts"]
+    assert _post(client, "c11", ["c10"], 1.0, 1)["alerts"] == []
+    assert _post(client, "c12", ["c11"], 1.0, 2)["alerts"] == []
+    [still] = _timing_alerts(client)
+    assert (still["id"], still["state"]) == (alert["id"], "suspected") and history.bodies == []
+
+
+def test_a_re_measurement_of_the_commit_confirms_it(client, history):
+    [alert] = _post(client, "c10", ["c9"], 1.25, 0)["alerts"]
+    [again] = _post(client, "c10", ["c9"], 1.25, 1)["alerts"]
+    assert again["id"] == alert["id"] and again["state"] == "confirmed"
+    assert "Confirmed by a re-measurement" in again["message"]
+    assert _post(client, "c10", ["c9"], 1.25, 2)["alerts"] == []  # confirmed once, never raised twice
+
+
+def test_a_slow_canary_holds_the_alert_back(client, history):
+    assert _post(client, "c10", ["c9"], 1.25, 0, canary=2.6)["alerts"] == []
+
+
+def test_unchanged_graph_and_engine_need_a_larger_step(client):
+    client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
+    for i in range(10):
+        _post(client, f"c{i}", [f"c{i - 1}"] if i else [], 1.0, i, graph_hash="g", engine_version="1.0")
+    assert _post(client, "c10", ["c9"], 1.08, 0, graph_hash="g", engine_version="1.0")["alerts"] == []
+    [alert] = _post(client, "c11", ["c10"], 1.08, 0, graph_hash="g2", engine_version="1.0")["alerts"]
+    assert alert["state"] == "suspected"
+
+
+# --- change points over history ---------------------------------------------------------------------
+
+
+def test_the_energy_statistic_matches_its_definition():
+    """_best_split's prefix sums against the formula written out for every split."""
+    import numpy as np
+
+    from service.alerts.change_points import MIN_SIDE, _best_split
+
+    x = np.array([0.1, 0.3, 0.2, 0.25, 0.9, 1.1, 0.95, 1.0, 0.2, 0.85, 1.05])
+    n = len(x)
+    best_q, best_tau = -np.inf, None
+    for tau in range(MIN_SIDE, n - MIN_SIDE + 1):
+        left, right = x[:tau], x[tau:]
+        cross = np.abs(left[:, None] - right[None, :]).mean()
+        within_l = np.abs(left[:, None] - left[None, :]).sum() / (tau * (tau - 1))
+        within_r = np.abs(right[:, None] - right[None, :]).sum() / ((n - tau) * (n - tau - 1))
+        q = tau * (n - tau) / n * (2 * cross - within_l - within_r)
+        if q > best_q:
+            best_q, best_tau = q, tau
+    tau, q = _best_split(np.abs(x[:, None] - x[None, :])[None])
+    assert (int(tau[0]), float(q[0])) == (best_tau, pytest.approx(best_q))
+
+
+def test_change_points_find_planted_steps_and_nothing_in_noise():
+    import numpy as np
+
+    from service.alerts.change_points import change_points
+
+    rng = np.random.default_rng(1)
+    quiet = np.exp(rng.normal(0, 0.03, 120))
+    assert change_points(quiet) == []
+    stepped = quiet.copy()
+    stepped[40:] *= 1.15
+    stepped[90:] /= 1.15
+    found = change_points(stepped)
+    assert [cp.index for cp in found] == [40, 90]
+    assert found[0].after / found[0].before == pytest.approx(1.15, rel=0.03) and found[0].p_value <= 0.001
+
+
+def test_history_returns_change_points_and_where_they_disagree_with_alerts(client):
+    client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
+    levels = [1.0] * 20 + [1.25] * 20 + [1.0] * 20  # a step up at c20 (alerted), back down at c40
+    for i, level in enumerate(levels):
+        _post(client, f"c{i}", [f"c{i - 1}"] if i else [], level, i)
+    [series] = client.get("/api/v1/projects/engine/history").json()["series"]
+    points = {cp["commit"]: cp for cp in series["change_points"]}
+    assert set(points) == {"c20", "c40"}
+    assert points["c20"]["change_pct"] == pytest.approx(25, abs=2) and points["c20"]["alert"]["state"] == "confirmed"
+    assert points["c40"]["change_pct"] < 0 and points["c40"]["alert"] is None  # faster: no alert, no disagreement
+    assert series["disagreements"] == []
+    # A step the per-commit decision cannot see (under its 5% bar, then raised by a 2× bar on unchanged code)
+    # shows up as a change point without an alert.
+    for i in range(60, 100):
+        _post(client, f"c{i}", [f"c{i - 1}"], 1.0 if i < 80 else 1.04, i, graph_hash="g", engine_version="1")
+    [series] = client.get("/api/v1/projects/engine/history").json()["series"]
+    assert [(d["commit"], d["what"]) for d in series["disagreements"]] == [("c80", "change point without a timing alert")]
+
+
+def test_every_measurement_carries_its_canary():
+    from pathlib import Path
+
+    from service.measure import measure
+    from service.protocol import Protocol
+
+    model = Path(__file__).resolve().parents[1] / "models" / "resnet_tiny_opset17.onnx"
+    measured = measure(model, "onnxruntime", "basic", Protocol(runs=2, warmup=1))
+    assert measured.canary_ms is not None and measured.canary_ms > 0
