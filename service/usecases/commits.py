@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -74,12 +75,19 @@ def ancestors(session: Session, commit: Commit) -> list[Commit]:
     The merge base of another branch is among them, so "nearest measured ancestor" also answers
     for branches. Commits CI never reported end the walk there.
     """
+    order = list(ancestor_ids(session, commit))
+    commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(order)))} if order else {}
+    return [commits[i] for i in order]
+
+
+def ancestor_ids(session: Session, commit: Commit) -> Iterator[int]:
+    """The ids of `ancestors`, in the same order, as the walk reaches them: a caller that stops at the
+    first one it wants (the baseline search) neither walks nor loads the rest of a long history."""
     rows = session.execute(
         select(Commit.id, Commit.sha, Commit.parents).where(Commit.project_id == commit.project_id)
     ).all()
     by_sha = {row.sha: row for row in rows}
     seen = {commit.sha}
-    order: list[int] = []
     queue = deque(commit.parents or [])
     while queue:
         sha = queue.popleft()
@@ -87,10 +95,8 @@ def ancestors(session: Session, commit: Commit) -> list[Commit]:
             continue
         seen.add(sha)
         row = by_sha[sha]
-        order.append(row.id)
+        yield row.id
         queue.extend(row.parents or [])
-    commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(order)))} if order else {}
-    return [commits[i] for i in order]
 
 
 def earlier_on_branch(session: Session, commit: Commit) -> list[Commit]:

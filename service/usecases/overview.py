@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.models.vocabulary import LEVEL_NAMES
-from service.usecases.baselines import find_baseline
+from service.usecases.baselines import find_baselines
 from service.usecases.runs import run_status
 
 
@@ -37,7 +37,7 @@ class RunSummary:
     commit: str
     branch: str
     message: str
-    created_at: datetime
+    created_at: datetime  # the commit's timestamp where CI gave one, else the run's start
     verdict: str  # running, ok, regression, failed
     jobs_done: int
     jobs_total: int
@@ -111,7 +111,7 @@ def latest_runs(session: Session, project: Project | None = None, limit: int = 2
                 commit=status.commit.sha,
                 branch=status.commit.branch,
                 message=first_line(status.commit.message),
-                created_at=status.run.created_at,
+                created_at=status.commit.timestamp or status.run.created_at,
                 verdict=status.verdict,
                 jobs_done=status.jobs_done,
                 jobs_total=status.jobs_total,
@@ -150,8 +150,8 @@ def project_cells(session: Session, project: Project, trend_points: int = 30) ->
         .where(Result.id.in_(latest_ids))
     ).all()
     cells = []
-    for result, model_name, sha in results:
-        baseline = find_baseline(session, result)
+    baselines = find_baselines(session, [result for result, _, _ in results])
+    for (result, model_name, sha), baseline in zip(results, baselines, strict=True):
         before = baseline.median_ms if baseline else None
         points = trends[result.fingerprint]
         cells.append(

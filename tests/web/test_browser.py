@@ -51,6 +51,8 @@ def test_every_page_loads_without_console_errors_in_local_time(page):
 
 def test_model_history_charts_draw_bands_medians_alerts_and_fused_ops(page):
     page.goto(MODEL)
+    page.wait_for_selector("#fusion-chart[data-rendered]")
+    screenshot(page, "model-charts", full_page=False)  # the README's picture (docs/dashboard.png)
     # Four series (two engines × two levels): p90, p10 band and median each, and one trace of alert markers.
     assert _rendered_traces(page, "timing-chart") == 4 * 3 + 1
     # fusionwatch/extended has the most fused ops: Attention, BiasGelu, FusedGemm, SkipLayerNormalization.
