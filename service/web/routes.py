@@ -112,13 +112,17 @@ def read_model_page(
 
 
 def _fusion_series(history, engine: str | None, level: str | None):
-    """The series whose fused ops are drawn: the one asked for, else the one with the most fused ops."""
+    """The series whose fused ops are drawn: the one asked for, else the one whose counts changed most
+    often (that is what a reader came for), then the one with the most fused ops."""
     if engine or level:
         for series in history.series:
             if (engine in (None, series.engine)) and (level in (None, series.level)):
                 return series
         raise NotFound(f"model {history.model!r} has no series for engine {engine!r}, level {level!r}")
-    return max(history.series, key=lambda s: len(s.fused_ops()), default=None)
+    def changes(series) -> int:
+        return sum(a.fusions != b.fusions for a, b in zip(series.points, series.points[1:], strict=False))
+
+    return max(history.series, key=lambda s: (changes(s), len(s.fused_ops())), default=None)
 
 
 @router.get("/projects/{project}/commits/{sha}", response_class=HTMLResponse)

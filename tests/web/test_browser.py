@@ -55,16 +55,19 @@ def test_model_history_charts_draw_bands_medians_alerts_and_fused_ops(page):
     screenshot(page, "model-charts", full_page=False)  # the README's picture (docs/dashboard.png)
     # Four series (two engines × two levels): p90, p10 band and median each, and one trace of alert markers.
     assert _rendered_traces(page, "timing-chart") == 4 * 3 + 1
-    # fusionwatch/extended has the most fused ops: Attention, BiasGelu, FusedGemm, SkipLayerNormalization.
-    assert _rendered_traces(page, "fusion-chart") == 4
-    page.locator(".series-choice a", has_text="onnxruntime/extended").click()
-    page.wait_for_url(re.compile(r"engine=onnxruntime&level=extended"))
-    assert _rendered_traces(page, "fusion-chart") == 4
+    # By default the series whose fused ops changed: onnxruntime/extended, where BiasGelu dropped and came back.
+    assert _rendered_traces(page, "fusion-chart") == 4  # Attention, BiasGelu, FusedGemm, SkipLayerNormalization
     bias_gelu = page.evaluate(
         "() => document.getElementById('fusion-chart').data.find(t => t.name === 'BiasGelu').y"
     )
     assert bias_gelu[seed.FUSION_DROP - 1:seed.FUSION_DROP + 1] == [2, 0]
     assert bias_gelu[seed.FUSION_BACK] == 2
+    page.locator(".series-choice a", has_text="fusionwatch/disabled").click()
+    page.wait_for_url(re.compile(r"engine=fusionwatch&level=disabled"))
+    assert _rendered_traces(page, "fusion-chart") == 0  # nothing fuses at level disabled
+    page.locator(".series-choice a", has_text="onnxruntime/extended").click()
+    page.wait_for_url(re.compile(r"engine=onnxruntime&level=extended"))
+    assert _rendered_traces(page, "fusion-chart") == 4
     screenshot(page, "model-onnxruntime-extended")
 
 

@@ -50,7 +50,8 @@ def test_overview_project_and_model_pages_tell_the_history(seeded):
     before, after = medians["y"][seed.TIMING_STEP - 1], medians["y"][seed.TIMING_STEP]
     assert after / before == pytest.approx(1.4, rel=0.08)
     assert medians["customdata"][0][:2] == [f"/projects/bert-exports/commits/{seed.sha(0)}", seed.sha(0)[:12]]
-    fused = _figure(html, "fusion-figure")
+    fused = _figure(html, "fusion-figure")  # by default the series whose counts changed: onnxruntime/extended
+    assert fused["layout"]["title"]["text"] == "Fused ops, onnxruntime/extended"
     assert [t["name"] for t in fused["data"]] == ["Attention", "BiasGelu", "FusedGemm", "SkipLayerNormalization"]
     # The commit table: the newest 50 commits on one page, a median per series.
     assert html.count('<td class="message"') == seed.COMMITS
