@@ -171,7 +171,7 @@ def _apply(
             for node in candidates:
                 if node.graph is not graph:  # removed by an earlier rewrite in this sweep
                     continue
-                result = rule.match(graph, node)
+                result = _guarded_match(rule, graph, node)
                 if result is None:  # every anchor that did not fire is reported (rule.py)
                     result = Fail("anchor", f"{describe(node)} is not where {rule.name}'s pattern starts", node)
                 if isinstance(result, Match):
@@ -186,6 +186,21 @@ def _apply(
     stats.fired += fired
     stats.ms += (time.perf_counter() - started) * 1000
     return fired
+
+
+def _guarded_match(rule: Rule, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
+    """A rule's match, with its own failure on a malformed graph reported as a near miss.
+
+    Rules read shapes and constants an invalid model can make inconsistent (a perm that repeats an
+    axis, a table that is missing); such a model must get a report saying where, not take the
+    optimizer (and a service's job) down. The warning carries the traceback, so a bug in a rule on
+    a valid model still shows.
+    """
+    try:
+        return rule.match(graph, node)
+    except Exception as error:  # noqa: BLE001 — reported below, not swallowed
+        log.warning("rule raised on a node", extra={"rule": rule.name, "node": describe(node)[:200]}, exc_info=True)
+        return Fail("error", f"{rule.name} could not read this part of the graph ({type(error).__name__}: {error})", node)
 
 
 def _check_boundaries(match: Match) -> Match | Fail:

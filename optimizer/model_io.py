@@ -156,8 +156,11 @@ def check_model_proto(
     nodes = sum(len(nodes) for _, nodes in graphs)
     if nodes > limits.max_nodes:
         raise ModelLoadError(f"{label}: {nodes} nodes is over the limit of {limits.max_nodes}")
+    _check_graph_texts(proto, label)
     for where, node_list in graphs:
         for index, node in enumerate(node_list):
+            if not all(isinstance(t, str) for t in (node.name, node.op_type, node.domain, *node.input, *node.output)):
+                raise ModelLoadError(f"{label}: node #{index} of {where} has a name that is not UTF-8 text")
             for field in ("op_type", "domain"):
                 text = getattr(node, field)
                 if len(text) > limits.max_op_chars:
@@ -166,6 +169,9 @@ def check_model_proto(
                         f"(at most {limits.max_op_chars})"
                     )
     _check_graph_outputs(proto.graph, label)
+    for where, node_list in graphs:
+        _check_acyclic(node_list, where, label)
+    _check_inputs_defined(proto.graph, "the main graph", label, set())
     base = None if base_dir is None else Path(base_dir)
     for tensor in _tensors(proto):
         _check_tensor(tensor, label, base, limits)
@@ -177,6 +183,63 @@ def _check_graph_outputs(graph: onnx.GraphProto, label: str) -> None:
         if output.name in seen:
             raise ModelLoadError(f"{label}: graph output '{shorten(output.name)}' is listed twice")
         seen.add(output.name)
+
+
+def _check_graph_texts(proto: onnx.ModelProto, label: str) -> None:
+    """Protobuf hands back bytes for a string field that is not UTF-8; every name must be text."""
+    fields = [proto.producer_name, proto.producer_version, proto.domain, proto.graph.name]
+    fields += [entry.domain for entry in proto.opset_import]
+    fields += [v.name for v in (*proto.graph.input, *proto.graph.output, *proto.graph.value_info)]
+    fields += [t.name for t in proto.graph.initializer]
+    if not all(isinstance(text, str) for text in fields):
+        raise ModelLoadError(f"{label}: a name or field of the model is not UTF-8 text")
+
+
+def _check_inputs_defined(graph: onnx.GraphProto, where: str, label: str, outer: set[str]) -> None:
+    """Every value a node reads is a graph input, an initializer, another node's output, or (in a
+    subgraph) a value of an enclosing graph."""
+    known = set(outer) | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    known |= {s.values.name for s in graph.sparse_initializer}
+    known |= {out for node in graph.node for out in node.output}
+    for index, node in enumerate(graph.node):
+        for name in node.input:
+            if name and name not in known:
+                raise ModelLoadError(
+                    f"{label}: node #{index} '{shorten(node.name)}' ({shorten(node.op_type, 60)}) of {where} reads "
+                    f"'{shorten(name)}', which no graph input, initializer or node provides"
+                )
+        for attribute in node.attribute:
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                _check_inputs_defined(subgraph, f"a subgraph of node '{shorten(node.name)}'", label, known)
+
+
+def _check_acyclic(nodes: list[onnx.NodeProto], where: str, label: str) -> None:
+    """Kahn's algorithm over the values the nodes produce: a node left over sits on a cycle."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    waiting = [0] * len(nodes)
+    readers: dict[int, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in set(node.input):
+            j = producer.get(name)
+            if j is not None:
+                waiting[i] += 1
+                readers.setdefault(j, []).append(i)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    done = 0
+    while ready:
+        j = ready.pop()
+        done += 1
+        for i in readers.get(j, ()):
+            waiting[i] -= 1
+            if waiting[i] == 0:
+                ready.append(i)
+    if done < len(nodes):
+        stuck = next(i for i, count in enumerate(waiting) if count > 0)
+        node = nodes[stuck]
+        raise ModelLoadError(
+            f"{label}: {where} has a cycle through node '{shorten(node.name)}' ({shorten(node.op_type, 60)}); "
+            "an ONNX graph must be acyclic"
+        )
 
 
 def _graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, list[onnx.NodeProto]]]:
@@ -239,7 +302,7 @@ def _declared_bytes(tensor: onnx.TensorProto, label: str, limits: LoadLimits) ->
         return elements, None
     try:
         itemsize_bits = ir.DataType(tensor.data_type).bitwidth
-    except ValueError as error:
+    except (ValueError, TypeError) as error:  # not a type at all, or UNDEFINED
         raise ModelLoadError(f"{label}: tensor '{name}' has unknown data type {tensor.data_type}") from error
     nbytes = (elements * itemsize_bits + 7) // 8  # sub-byte types (int4, float4) pack several per byte
     if nbytes > limits.max_tensor_bytes:

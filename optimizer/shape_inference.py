@@ -39,6 +39,33 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
     """
     _forget_negative_dims(model)
     _import_used_domains(model)
+    _infer_once(model, refine)
+    # onnx has no shape function for onnxruntime's normalization ops (LayerNormalization below
+    # opset 17 is onnxruntime's own): everything after them stays unknown. They keep their
+    # input's shape, so say so and let inference carry it on.
+    if _fill_normalization_shapes(model):
+        _infer_once(model, refine)
+
+
+# Ops that onnx cannot infer at the model's opset and whose first output has the first input's shape.
+SHAPE_KEEPING_OPS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
+
+
+def _fill_normalization_shapes(model: ir.Model) -> bool:
+    filled = False
+    for node in model.graph:
+        if node.op_type not in SHAPE_KEEPING_OPS or node.domain not in ("", "ai.onnx") or not node.outputs:
+            continue
+        source, output = node.inputs[0], node.outputs[0]
+        if output.shape is None and source is not None and source.shape is not None:
+            output.shape = ir.Shape(list(source.shape))
+            if output.type is None and source.type is not None:
+                output.type = source.type
+            filled = True
+    return filled
+
+
+def _infer_once(model: ir.Model, refine: bool) -> None:
     infer = partial(
         onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=_data_prop_is_bounded(model)
     )

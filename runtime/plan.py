@@ -318,6 +318,10 @@ def _build_kernels(nodes: Sequence[ir.Node], scope: Scope, unsupported: _Unsuppo
             for entry in error.unsupported:
                 unsupported.add(entry.domain, entry.op_type, entry.opset, entry.nodes, entry.reason)
             kernels.append(None)
+        except (ValueError, TypeError, IndexError, RuntimeError, ArithmeticError) as error:
+            # Attributes or constant inputs that contradict each other (an invalid model): the node
+            # is named, the session is not created.
+            raise GraphPlanError(f"{label} cannot be prepared: {type(error).__name__}: {error}") from error
         except Exception as error:
             raise GraphPlanError(
                 f"building kernel {kernel_class.__name__} for node {label!r} ({node.op_type}) failed: "

@@ -24,6 +24,15 @@ GatherND, And of comparisons); proving such a subgraph equals "attention_mask[b,
 "j <= i") would need evaluating it. The exporter's own additive mask [B|1, 1|N, S, T] is
 exact by construction, and ONNX Runtime's CPU Attention broadcasts it over heads.
 
+A key/value cache with nothing in it yet (GPT-2 exported with use_cache=True: K and V concatenated
+onto an empty past, and returned as the layer's present key/value) becomes Attention's `present`
+output, split back into the two values; the probe checks that they are K and V per head.
+
+Q, K and V may also reach the scores already projected and split into heads, with work between the
+projection and the product that Attention's packed weight cannot express (Llama's rotary
+embedding, grouped-query K/V repeated to every head): then the block becomes MultiHeadAttention on
+Q (back in [B, S, hidden]) and K, V in heads, the probe checking the Kᵀ chain and the head merge.
+
 Dropped on purpose: the NaN guard after Softmax (IsNaN -> Where(0)). It only differs for a
 query row whose every key is masked (all padding); the fused op then yields NaN there.
 """
@@ -95,6 +104,17 @@ class AttentionFusion(Rule):
             if scores is None:
                 return fail("mask", f"neither input of {describe(add)} comes from the Q·Kᵀ MatMul", add)
             core.append(add)
+        fill = _mask_fill(producer(scores))
+        if fill is not None:  # masked_fill: Where(mask, fill, scores) or Where(keep, scores, fill)
+            where, scores = fill
+            core.append(where)
+        elif is_op(producer(scores), "Where"):
+            where = producer(scores)
+            values = [const_scalar(v) for v in where.inputs[1:]]
+            shown = next((v for v in values if v is not None), None)
+            if shown is not None:
+                return fail("mask", f"{describe(where)} fills the scores with {shown:g}, not a large negative value "
+                            f"(≤ {MASK_FILL_LIMIT:g}): it does not mask them out", where)
         scale, scores_nodes, qk = _walk_scale(scores)
         if scale is None:
             return fail("scores", f"the scores are scaled by a non-constant {describe(scores_nodes[-1])}", scores_nodes[-1])
@@ -114,7 +134,16 @@ class AttentionFusion(Rule):
         for role, value in (("Q", qk.inputs[0]), ("K", qk.inputs[1]), ("V", pv.inputs[1])):
             path = _trace_projection(value)
             if isinstance(path, str):
-                return fail("projection", f"{role} projection {path}", None)
+                # Q, K and V may arrive already projected and split into heads, with work between the
+                # projection and the product (Llama's rotary embedding and grouped-query K/V repeat):
+                # then the fused op is MultiHeadAttention on those heads.
+                heads_form = self._match_heads(graph, softmax, core, qk, pv, scale, k_transposed, mask, fill)
+                if isinstance(heads_form, Match):
+                    return heads_form
+                reason = f"{role} projection {path}"
+                if isinstance(heads_form, str):
+                    reason += f"; as heads for MultiHeadAttention: {heads_form}"
+                return fail("projection", reason, None)
             paths[role] = path
         q, k, v = paths["Q"], paths["K"], paths["V"]
         for role, path in (("K", k), ("V", v)):
@@ -146,9 +175,17 @@ class AttentionFusion(Rule):
         if isinstance(out, str):
             return fail("output", out)
         out_nodes, out_value, flat_output = out
+        presents = _check_cache(q, k, v, probe, heads)
+        if isinstance(presents, str):
+            return fail("cache", presents)
 
         # --- mask: an additive bias the fused op can broadcast ------------------------------
         padding = None
+        if fill is not None:
+            problem = _check_mask(fill[0].inputs[0], num_heads)
+            if problem is not None:
+                reason, node = problem
+                return fail("mask", reason.replace("mask '", "masked_fill condition '", 1), node)
         if mask is not None:
             problem = _check_mask(mask, num_heads)
             if problem is not None and _is_key_padding(mask):
@@ -162,19 +199,99 @@ class AttentionFusion(Rule):
         nodes = core + _dead_helpers(core)
         return Match(
             nodes=_in_graph_order(graph, nodes),
-            outputs=[out_value],
+            outputs=[out_value, *presents],
             captures={
                 "graph": graph, "anchor": softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
+                "present": bool(presents),
+                "fill": fill[0] if fill is not None else None,
                 "num_heads": num_heads, "scale": scale,
                 "flat_output": flat_output, "hidden": num_heads * head_size,
                 "parts": [(q, q_cols), (k, k_cols), (v, v_cols)],
             },
         )
 
+    def _rewrite_heads(self, op: ir.tape.Tape, match: Match):
+        q4, k4, v4 = match.heads
+        name = f"{self.name}/{match.anchor}"
+        perm = op.op("Transpose", [q4], {"perm": [0, 2, 1, 3]}, name=f"{name}/query_bsnh")
+        flat = _unique_initializer(op, match.graph, np.array([0, 0, match.hidden], np.int64), "attention_query_shape")
+        query = op.op("Reshape", [perm, flat], name=f"{name}/query")
+        bias = _heads_bias(op, match, q4)
+        inputs = [query, k4, v4] + ([None, None, bias] if bias is not None else [])
+        attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
+        output = op.op("MultiHeadAttention", inputs, attributes, domain=MS, name=name)
+        if match.flat_output:
+            shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
+            output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
+        return output
+
+    def _match_heads(self, graph, softmax, core, qk, pv, scale, k_transposed, mask, fill):
+        """The block over Q, K, V already in heads, [B, N, S, H], as MultiHeadAttention: a Match, or
+        why not (a string), or None when Q is not such a tensor at all."""
+        q4, v4 = qk.inputs[0], pv.inputs[1]
+        if rank(q4) != 4 or q4.shape is None:
+            return None
+        if not isinstance(q4.shape[1], int) or not isinstance(q4.shape[3], int):
+            return (f"Q '{q4.name}' has shape {[str(d) for d in q4.shape]}: the number of heads and the head "
+                    "size must be known numbers")
+        num_heads, head_size = q4.shape[1], q4.shape[3]
+        probe = _Probe.for_heads(q4)
+        k_chain: list[ir.Node] = []
+        k4 = qk.inputs[1]
+        if k_transposed:  # Kᵀ: walk back to a [B, N, T, H] value the chain swaps the last axes of
+            while rank(k4) != 4 or k4.shape is None or k4.shape[1] != num_heads or k4.shape[3] != head_size or not k_chain:
+                node = producer(k4)
+                if not (is_op(node, "Transpose") or is_op(node, "Reshape")) or len(k_chain) >= 4:
+                    return "Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape"
+                k_chain.insert(0, node)
+                k4 = node.inputs[0]
+            numbered = np.arange(probe.batch * num_heads * 5 * head_size, dtype=np.int64).reshape(
+                probe.batch, num_heads, 5, head_size)
+            probe.shapes[id(k4)] = numbered.shape
+            probe.symbols.setdefault(str(k4.shape[2]), 5)
+            moved = probe.run(k_chain, numbered)
+            if isinstance(moved, str) or not np.array_equal(moved, numbered.swapaxes(2, 3)):
+                return f"{describe(k_chain[-1])} does not turn K [batch, heads, keys, head_size] into Kᵀ"
+        for role, value in (("K", k4), ("V", v4)):
+            shape = value.shape
+            if rank(value) != 4 or shape is None or shape[1] != num_heads or shape[3] != head_size:
+                return f"{role} '{value.name}' is not [batch, {num_heads}, keys, {head_size}] like Q"
+        out = _trace_output(pv.outputs[0], probe, num_heads, head_size)
+        if isinstance(out, str):
+            return out
+        out_nodes, out_value, flat_output = out
+        if fill is not None and _check_mask(fill[0].inputs[0], num_heads) is not None:
+            return _check_mask(fill[0].inputs[0], num_heads)[0]
+        padding = None
+        if mask is not None:
+            problem = _check_mask(mask, num_heads)
+            if problem is not None and not _is_key_padding(mask):
+                return problem[0]
+            padding = ("expand", None, None) if problem is not None else None
+        nodes = list({id(n): n for n in core + k_chain + out_nodes}.values())
+        nodes += _dead_helpers(nodes)
+        return Match(
+            nodes=_in_graph_order(graph, nodes),
+            outputs=[out_value],
+            captures={
+                "graph": graph, "anchor": softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
+                "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
+                "num_heads": num_heads, "scale": scale, "flat_output": flat_output, "hidden": num_heads * head_size,
+            },
+        )
+
     def rewrite(self, op: ir.tape.Tape, match: Match):
+        if match.captures.get("heads") is not None:
+            return self._rewrite_heads(op, match)
         weight, bias = _packed_weights(op, match)
         attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
         inputs = [match.x, weight, bias, None, None, match.mask] if match.mask is not None else [match.x, weight, bias]
+        if match.fill is not None:  # the masked_fill as an additive bias: fill where masked, 0 elsewhere
+            fill_bias = _fill_bias(op, match)
+            if match.mask is None:
+                inputs = [match.x, weight, bias, None, None, fill_bias]
+            else:
+                inputs[5] = op.op("Add", [fill_bias, match.mask], name=f"{self.name}/{match.anchor}/bias")
         if match.padding is not None:
             kind, raw, filter_value = match.padding
             if kind == "index":  # the [batch, key] 0/1 mask itself, as onnxruntime's fusion passes it
@@ -184,11 +301,19 @@ class AttentionFusion(Rule):
                 attributes["mask_filter_value"] = float(filter_value)
             else:  # repeat the one mask row for every query: [B|1, 1, 1, T] -> [B|1, 1, S, T]
                 inputs[5] = _expand_over_queries(op, match)
-        output = op.op("Attention", inputs, attributes, domain=MS, name=f"{self.name}/{match.anchor}")
+        name = f"{self.name}/{match.anchor}"
+        presents = []
+        if match.present:  # present (2, B, N, S, H): key and value as the cache Concats returned them
+            output, present = op.op_multi_out("Attention", inputs, attributes, domain=MS, num_outputs=2, name=name)
+            for index, role in enumerate(("key", "value")):
+                at = _unique_initializer(op, match.graph, np.array(index, np.int64), f"attention_present_{role}")
+                presents.append(op.op("Gather", [present, at], {"axis": 0}, name=f"{name}/present_{role}"))
+        else:
+            output = op.op("Attention", inputs, attributes, domain=MS, name=name)
         if match.flat_output:  # the block's consumer took [B*S, hidden] (dynamo GPT-2's Gemm)
             shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
             output = op.op("Reshape", [output, shape], name=f"{self.name}/{match.anchor}/flatten")
-        return output
+        return [output, *presents]
 
 
 # --- the chain from a projection to Q / Kᵀ / V --------------------------------------------
@@ -208,6 +333,7 @@ class _Projection:
         self.flat_linear = linear_nodes[0].op_type == "Reshape"  # Reshape -> Gemm -> Reshape
         self.nodes = linear_nodes + chain + scale_nodes
         self.initializers: tuple[ir.Value, ir.Value] | None = None  # (W, b) usable unchanged
+        self.cache: ir.Value | None = None  # K or V as it leaves through the (empty) cache, if it does
 
 
 def _trace_projection(value: ir.Value):
@@ -216,6 +342,7 @@ def _trace_projection(value: ir.Value):
     picks: dict[int, int] = {}
     scale_nodes: list[ir.Node] = []
     scale = 1.0
+    cache = None
     node = producer(value)
     while node is not None and len(chain) + len(scale_nodes) < MAX_CHAIN:
         if is_op(node, "Mul") or is_op(node, "Div"):
@@ -226,6 +353,13 @@ def _trace_projection(value: ir.Value):
             scale_nodes.append(node)
             value = data
             node = producer(data)
+            continue
+        if is_op(node, "Concat") and _sole_data_input(node) is not None and cache is None:
+            # K or V appended to an empty cache: the Concat's output is the layer's present key/value
+            cache = node.outputs[0]
+            chain.insert(0, node)
+            value = _sole_data_input(node)
+            node = producer(value)
             continue
         if not any(is_op(node, t) for t in LAYOUT_OPS):
             break
@@ -240,6 +374,7 @@ def _trace_projection(value: ir.Value):
     x, weight, bias, linear_nodes, as_is = linear
     projection = _Projection(x, weight, bias, linear_nodes, chain, picks, scale, scale_nodes)
     projection.initializers = as_is
+    projection.cache = cache
     return projection
 
 
@@ -337,10 +472,83 @@ def _walk_scale(scores: ir.Value):
     return scale, nodes, node
 
 
+# A masked_fill value at or below this is "minus infinity" to softmax: exp(-1e4) underflows to 0.
+MASK_FILL_LIMIT = -1e4
+
+
+def _mask_fill(node: ir.Node | None) -> tuple[ir.Node, ir.Value] | None:
+    """(the Where, the scores) for a masked_fill: Where(c, fill, scores) or Where(c, scores, fill)
+    with fill a constant at or below MASK_FILL_LIMIT (DistilBERT, GPT-2's causal mask).
+
+    As an additive bias, Where(c, fill, 0) + scores, it gives every masked logit fill + score
+    instead of fill, which softmax weighs as 0 all the same; a row whose every key is masked is
+    the exception (uniform weights before, softmax of the scores after), as with the NaN guard."""
+    if not is_op(node, "Where"):
+        return None
+    for fill_side, data_side in ((1, 2), (2, 1)):
+        fill = const_array(node.inputs[fill_side])
+        if fill is not None and fill.size == 1 and float(fill.reshape(())) <= MASK_FILL_LIMIT:
+            return node, node.inputs[data_side]
+    return None
+
+
+def _fill_bias(op: ir.tape.Tape, match: Match) -> ir.Value:
+    where = match.fill
+    fill_side = 1 if const_array(where.inputs[1]) is not None and const_array(where.inputs[1]).size == 1 else 2
+    fill_value = float(const_array(where.inputs[fill_side]).reshape(()))
+    fill = _unique_initializer(op, match.graph, np.array(fill_value, np.float32), "attention_mask_fill")
+    zero = _unique_initializer(op, match.graph, np.array(0.0, np.float32), "attention_mask_zero")
+    branches = [fill, zero] if fill_side == 1 else [zero, fill]
+    return op.op("Where", [where.inputs[0], *branches], name=f"{AttentionFusion.name}/{match.anchor}/fill_bias")
+
+
+def _heads_bias(op: ir.tape.Tape, match: Match, x_shape_source: ir.Value) -> ir.Value | None:
+    """attention_bias for the heads form: the additive mask and/or the masked_fill as a bias."""
+    bias = match.mask
+    if match.padding is not None:
+        bias = _expand_over_queries(op, match)
+    if match.fill is not None:
+        fill_bias = _fill_bias(op, match)
+        bias = fill_bias if bias is None else op.op("Add", [fill_bias, bias], name=f"{AttentionFusion.name}/{match.anchor}/bias")
+    return bias
+
+
+def _sole_data_input(concat: ir.Node) -> ir.Value | None:
+    """The one input of a Concat that holds data, when every other is provably empty (or there
+    is none): the Concat then returns that input as it is."""
+    data = [v for v in concat.inputs if v is not None and not _is_empty(v)]
+    return data[0] if len(data) == 1 else None
+
+
+def _is_empty(value: ir.Value) -> bool:
+    shape = static_shape(value)
+    return shape is not None and 0 in shape
+
+
+def _check_cache(q: _Projection, k: _Projection, v: _Projection, probe: _Probe, heads: dict):
+    """The present key and value ([] without a cache), or why the cache does not fit Attention.
+
+    Attention's `present` output is (2, B, N, S, H): K and V per head as [B, N, S, H]. The values
+    the cache Concats return must be exactly that, which the probe checks on the chain up to them.
+    """
+    if q.cache is None and k.cache is None and v.cache is None:
+        return []
+    if q.cache is not None or k.cache is None or v.cache is None:
+        return "only one of key and value goes through a cache (or the query does)"
+    for role, path in (("K", k), ("V", v)):
+        head = path.chain[: path.chain.index(path.cache.producer()) + 1]
+        prefix = _Projection(path.x, path.weight, path.bias, path.linear_nodes, head, path.picks, 1.0, [])
+        found = probe.head_columns(prefix, key_layout=False)
+        if isinstance(found, str) or found[0] != heads[role][0] or not np.array_equal(found[2], heads[role][2]):
+            return f"the present {role} '{path.cache.name}' is not {role} as [batch, heads, sequence, head_size]"
+    return [k.cache, v.cache]
+
+
 def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
     """(scores, mask) for the Add before Softmax: scores are the side that reaches the Q·Kᵀ MatMul."""
     for scores, mask in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        _, _, matmul = _walk_scale(scores)
+        fill = _mask_fill(producer(scores))
+        _, _, matmul = _walk_scale(fill[1] if fill is not None else scores)
         if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (None, 4):
             return scores, mask
     return None, None
@@ -463,6 +671,19 @@ class _Probe:
         self.shapes: dict[int, tuple[int, ...]] = {}  # id(value) -> probe shape
         self.x = x
 
+    @classmethod
+    def for_heads(cls, q4: ir.Value) -> _Probe:
+        """A probe whose batch and sequence are those of Q in heads, [B, N, S, H]."""
+        dims = list(q4.shape)
+        probe = cls.__new__(cls)
+        probe.batch = dims[0] if isinstance(dims[0], int) else PROBE_BATCH
+        probe.seq = dims[2] if isinstance(dims[2], int) else PROBE_SEQ
+        probe.symbols = {str(d): size for d, size in ((dims[0], probe.batch), (dims[2], probe.seq))
+                         if d is not None and not isinstance(d, int)}
+        probe.shapes = {id(q4): (probe.batch, dims[1], probe.seq, dims[3])}
+        probe.x = q4
+        return probe
+
     def head_columns(self, path: _Projection, key_layout: bool):
         """(num_heads, head_size, projection columns per head) or a reason string."""
         weight_in = path.weight.shape[0]
@@ -521,6 +742,8 @@ class _Probe:
                 array = self._slice(node, array)
                 if isinstance(array, str):
                     return array
+            elif is_op(node, "Concat"):  # onto an empty cache: the data as it is
+                pass
             self.shapes[id(node.outputs[0])] = array.shape
         return array
 

@@ -108,11 +108,11 @@ class LayerNormFusion(Rule):
         normalized, scale_nodes = scaled
         nodes += scale_nodes
 
-        failure = check_axes(mean_node, var_node, x)
-        if failure:
-            return failure
+        axes = check_axes(mean_node, var_node, x)
+        if isinstance(axes, Fail):
+            return axes
 
-        tail = affine_tail(normalized, x, with_beta=True)
+        tail = affine_tail(normalized, x, with_beta=True, axes=axes)
         if isinstance(tail, Fail):
             return tail
         gamma, beta, tail_nodes = tail
@@ -120,11 +120,12 @@ class LayerNormFusion(Rule):
         return Match(
             nodes=nodes,
             outputs=[tail_nodes[-1].outputs[0]],
-            captures={"x": x, "gamma": gamma, "beta": beta, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
+            captures={"x": x, "gamma": gamma, "beta": beta, "epsilon": epsilon, "axis": -axes,
+                      "double": x.dtype == ir.DataType.DOUBLE},
         )
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
-        attributes = {"axis": -1, "epsilon": match.epsilon}
+        attributes = {"axis": match.axis, "epsilon": match.epsilon}
         if match.double:  # ONNX Runtime computes double LayerNorm in double
             attributes["stash_type"] = int(ir.DataType.DOUBLE)
         return op.op("LayerNormalization", [match.x, match.gamma, match.beta], attributes=attributes)
@@ -250,9 +251,11 @@ def reduce_mean_axes(node: ir.Node) -> list[int] | None:
     return None if array is None else [int(a) for a in array.reshape(-1)]
 
 
-def check_axes(first: ir.Node, second: ir.Node | None, x: ir.Value) -> Fail | None:
-    """Both ReduceMeans keep dims and reduce exactly the last axis of `x` (what the fused ops normalize)."""
+def check_axes(first: ir.Node, second: ir.Node | None, x: ir.Value) -> Fail | int:
+    """How many trailing axes of `x` both ReduceMeans reduce (what the fused op normalizes, from
+    axis -k on), or why they do not reduce a trailing block of axes alike."""
     x_rank = rank(x)
+    found = None
     for node in (first, second):
         if node is None:
             continue
@@ -263,16 +266,34 @@ def check_axes(first: ir.Node, second: ir.Node | None, x: ir.Value) -> Fail | No
             return fail("axes", f"{describe(node)} reduces over every axis, not the last one")
         if int(attr(node, "keepdims", 1)) != 1:
             return fail("axes", f"{describe(node)} has keepdims=0; the pattern needs the reduced axis kept")
-        last = [a for a in axes if a == -1 or (x_rank is not None and a == x_rank - 1)]
-        if len(axes) != 1 or not last:
+        trailing = _trailing_count(axes, x_rank)
+        if trailing is None:
             where = f"rank {x_rank}" if x_rank is not None else "unknown rank"
             return fail("axes", f"{describe(node)} reduces axes {axes} of '{value_name(x)}' ({where}); "
-                        "the fused op normalizes the last axis only")
-    return None
+                        "the fused op normalizes a block of trailing axes only")
+        if found is not None and trailing != found:
+            return fail("axes", f"the mean and the variance reduce different axes ({found} and {trailing} trailing)")
+        found = trailing
+    return found
 
 
-def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool):
-    """[dtype-keeping Cast] -> Mul(gamma) [-> Add(beta)]: (gamma, beta, nodes) or a near miss."""
+def _trailing_count(axes: list[int], x_rank: int | None) -> int | None:
+    """k when `axes` are exactly the last k axes (-k..-1), else None."""
+    if len(set(axes)) != len(axes):
+        return None
+    if all(a < 0 for a in axes):
+        normalized = sorted(axes)
+        return len(axes) if normalized == list(range(-len(axes), 0)) else None
+    if x_rank is None:
+        return None  # a non-negative axis of a tensor of unknown rank: which one is unknown
+    normalized = sorted(a + x_rank if a < 0 else a for a in axes)
+    return len(axes) if normalized == list(range(x_rank - len(axes), x_rank)) else None
+
+
+def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool, axes: int = 1):
+    """[dtype-keeping Cast] -> Mul(gamma) [-> Add(beta)]: (gamma, beta, nodes) or a near miss.
+
+    `axes`: how many trailing axes are normalized; gamma and beta have exactly their shape."""
     nodes: list[ir.Node] = []
     user = reader(normalized, "Cast", "Mul")
     if is_op(user, "Cast"):
@@ -285,7 +306,7 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool):
         return fail("gamma", f"the normalized value '{value_name(normalized)}' feeds {_readers(normalized)}, not Mul(gamma)")
     nodes.append(user)
     gamma = other_input(user, normalized)
-    failure = _check_weight("gamma", gamma, user, x)
+    failure = _check_weight("gamma", gamma, user, x, axes)
     if failure:
         return failure
     if not with_beta:
@@ -295,7 +316,7 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool):
         return fail("beta", f"the Mul by gamma {describe(user)} feeds {_readers(user.outputs[0])}, not Add(beta)")
     nodes.append(add)
     beta = other_input(add, user.outputs[0])
-    failure = _check_weight("beta", beta, add, x)
+    failure = _check_weight("beta", beta, add, x, axes)
     if failure:
         return failure
     if list(gamma.shape or ()) != list(beta.shape or ()) and static_shape(gamma) != static_shape(beta):
@@ -304,8 +325,15 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool):
     return gamma, beta, nodes
 
 
-def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value) -> Fail | None:
+def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value, axes: int = 1) -> Fail | None:
     shape = static_shape(weight)
+    if axes > 1:  # over several trailing axes the weight has exactly their (known) shape
+        trailing = tuple(x.shape[-axes:]) if x.shape is not None and len(x.shape) >= axes else None
+        if shape is None or trailing is None or shape != trailing:
+            return fail(role, f"{role} '{value_name(weight)}' of {describe(node)} has shape "
+                        f"{list(shape) if shape is not None else 'unknown'}, not the normalized axes' "
+                        f"{list(trailing) if trailing is not None else 'unknown'}")
+        return None
     hidden = x.shape[-1] if x.shape is not None and len(x.shape) else None
     if shape is None and _same_symbolic_length(weight, hidden):
         # [d] against x's last axis [.., d]: the same symbol, so the same length whatever d is.

@@ -60,10 +60,10 @@ class SimplifiedLayerNormFusion(Rule):
         if isinstance(scaled, Fail):
             return scaled
         normalized, scale_nodes = scaled
-        failure = check_axes(var_node, None, x)
-        if failure:
-            return failure
-        tail = affine_tail(normalized, x, with_beta=False)
+        axes = check_axes(var_node, None, x)
+        if isinstance(axes, Fail):
+            return axes
+        tail = affine_tail(normalized, x, with_beta=False, axes=axes)
         if isinstance(tail, Fail):
             return tail
         gamma, _, tail_nodes = tail
@@ -73,11 +73,11 @@ class SimplifiedLayerNormFusion(Rule):
         return Match(
             nodes=[square_node, *square_extra, var_node, eps_node, sqrt_node, *scale_nodes, *tail_nodes],
             outputs=[tail_nodes[-1].outputs[0]],
-            captures={"x": source, "gamma": gamma, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
+            captures={"x": source, "gamma": gamma, "axis": -axes, "epsilon": epsilon, "double": x.dtype == ir.DataType.DOUBLE},
         )
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
-        attributes = {"axis": -1, "epsilon": match.epsilon}
+        attributes = {"axis": match.axis, "epsilon": match.epsilon}
         if match.double:
             attributes["stash_type"] = int(ir.DataType.DOUBLE)
         return op.op("SimplifiedLayerNormalization", [match.x, match.gamma], attributes=attributes)

@@ -49,10 +49,11 @@ def execute_job(
     try:
         measurement = measure(path, engine, level, protocol, limits, custom_ops=custom_ops)
     except (EngineError, ModelLoadError, FileNotFoundError) as error:
-        with session_factory() as session:
-            alert = queue.fail(session, session.get(Job, job_id), str(error))
-            session.commit()
-        deliver(session_factory, [alert.id])
+        _fail(session_factory, job_id, str(error))
+        return
+    except Exception as error:  # a bug of ours on this model: the job says so, the worker carries on
+        log.exception("job crashed", extra={"job_id": job_id})
+        _fail(session_factory, job_id, f"internal error while measuring ({type(error).__name__}: {error})")
         return
     with session_factory() as session:
         job = session.get(Job, job_id)
@@ -66,3 +67,10 @@ def execute_job(
         alert_ids = [a.id for a in alerts]
     log.info("job done", extra={"job_id": job_id, "seconds": round(time.perf_counter() - started, 3), "alerts": len(alert_ids)})
     deliver(session_factory, alert_ids)
+
+
+def _fail(session_factory: Callable[[], Session], job_id: int, reason: str) -> None:
+    with session_factory() as session:
+        alert = queue.fail(session, session.get(Job, job_id), reason)
+        session.commit()
+    deliver(session_factory, [alert.id])

@@ -339,7 +339,7 @@ ATTN_BATCH, ATTN_SEQ, ATTN_HIDDEN, ATTN_HEADS = 2, 4, 8, 2
 
 
 def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=False, extra_outputs=(), opset=17,
-                   mask_form="rows"):
+                   mask_form="rows", heads_form=False):
     rng = np.random.default_rng(7)
     hidden, heads = ATTN_HIDDEN, ATTN_HEADS
     head = hidden // heads
@@ -366,11 +366,20 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
             ]
     for p in "qkv":
         nodes.append(helper.make_node("Reshape", [p, "split_heads"], [f"{p}_4d"], name=f"/attn/{p}/Reshape"))
-    nodes += [
-        helper.make_node("Transpose", ["q_4d"], ["q_t"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
-        helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose", perm=[0, 2, 3, 1]),
-        helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
-    ]
+    if heads_form:  # Q rotated by a per-position factor after the head split (as RoPE does), K in heads first
+        nodes += [
+            helper.make_node("Transpose", ["q_4d"], ["q_heads"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
+            helper.make_node("Mul", ["q_heads", "rot"], ["q_t"], name="/attn/q/Rotate"),
+            helper.make_node("Transpose", ["k_4d"], ["k_heads"], name="/attn/k/Transpose", perm=[0, 2, 1, 3]),
+            helper.make_node("Transpose", ["k_heads"], ["k_t"], name="/attn/k/TransposeT", perm=[0, 1, 3, 2]),
+            helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
+        ]
+    else:
+        nodes += [
+            helper.make_node("Transpose", ["q_4d"], ["q_t"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
+            helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose", perm=[0, 2, 3, 1]),
+            helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
+        ]
     if scale == "split":
         root = math.sqrt(1.0 / math.sqrt(head))
         inits.append(_scalar("root_scale", root))
@@ -387,6 +396,8 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
         ]
     logits = "scores"
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [ATTN_BATCH, ATTN_SEQ, hidden])]
+    if heads_form:
+        inputs.append(helper.make_tensor_value_info("rot", TensorProto.FLOAT, [1, 1, ATTN_SEQ, head]))
     imports = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
     if mask and mask_form == "raw":
         # BERT's classic padding mask: (1 - attention_mask[:, None, None, :]) * -10000, [B, 1, 1, S].
@@ -412,10 +423,14 @@ def self_attention(*, scale="qk", qkv="separate", mask=True, custom_mask_op=Fals
             nodes.append(helper.make_node("MaskOp", ["keep"], ["keep_custom"], name="/mask/MaskOp", domain="my"))
             imports.append(helper.make_opsetid("my", 1))
             keep = "keep_custom"
-        nodes += [
-            helper.make_node("Where", [keep, "zero", "minus_inf"], ["additive_mask"], name="/mask/Where"),
-            helper.make_node("Add", ["scores", "additive_mask"], ["masked"], name="/attn/Add"),
-        ]
+        if mask_form == "fill":  # DistilBERT's scores.masked_fill(~keep, finfo.min)
+            inits.append(_scalar("fill", float(np.finfo(np.float32).min)))
+            nodes.append(helper.make_node("Where", [keep, "scores", "fill"], ["masked"], name="/mask/Where"))
+        else:
+            nodes += [
+                helper.make_node("Where", [keep, "zero", "minus_inf"], ["additive_mask"], name="/mask/Where"),
+                helper.make_node("Add", ["scores", "additive_mask"], ["masked"], name="/attn/Add"),
+            ]
         logits = "masked"
     nodes += [
         helper.make_node("Softmax", [logits], ["probs"], name="/attn/Softmax", axis=-1),
@@ -805,7 +820,7 @@ def layer_norm(
         helper.make_node("Mul", [normalized, f"{p}/gamma"], [f"{p}/Mul_output_0"], name=f"{p}/Mul"),
         helper.make_node("Add", [f"{p}/Mul_output_0", f"{p}/beta"], ["y"], name=f"{p}/Add_1"),
     ]
-    inits += [_vector(f"{p}/gamma", gamma_shape, seed=1), _vector(f"{p}/beta", (16,), seed=2)]
+    inits += [_vector(f"{p}/gamma", gamma_shape, seed=1), _vector(f"{p}/beta", gamma_shape, seed=2)]
     outputs = ["y"]
     if extra_consumer is not None:
         nodes.append(helper.make_node("Neg", [extra_consumer], ["extra"], name=f"{p}/Neg"))
@@ -889,9 +904,10 @@ EMB_BATCH, EMB_SEQ, EMB_HIDDEN, EMB_VOCAB, EMB_POSITIONS = 2, 6, 16, 30, 12
 
 
 def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_consumed=False, gather_axis=0,
-                     opset=17):
+                     opset=17, rotary=None):
     """BERT's embeddings: word + segment + position lookups -> Add -> Add -> LayerNormalization -> Attention.
 
+    `rotary` (with attention="onnx"): None, "onnx" or "com.microsoft": Q and K pass a RotaryEmbedding.
     `segment`: True (a token_type_ids input), False (DistilBERT) or "buffer" (BERT called without
     token_type_ids: all-zero ids from a buffer, picked by position and expanded to the batch).
     `position`: "slice" (today's exporters: Slice of a [1, P] position_ids buffer to the
@@ -970,8 +986,22 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
             inits.append(numpy_helper.from_array(rng.standard_normal((EMB_HIDDEN, EMB_HIDDEN)).astype(np.float32) * 0.2,
                                                  f"/attn/{p}_weight"))
             nodes.append(helper.make_node("MatMul", ["/emb/ln_out", f"/attn/{p}_weight"], [f"/attn/{p}"], name=f"/attn/{p}/MatMul"))
-        nodes.append(helper.make_node("Attention", ["/attn/q", "/attn/k", "/attn/v"], ["attn_out"], name="/attn/Attention",
-                                      q_num_heads=2, kv_num_heads=2))
+        q = k = None
+        if rotary:  # Q and K rotated by RoPE in either form: ONNX's (opset 23) or com.microsoft's
+            angles = np.arange(EMB_POSITIONS)[:, None] * (1.0 / 10000 ** (np.arange(0, 8, 2) / 8))[None, :]
+            inits += [numpy_helper.from_array(np.cos(angles).astype(np.float32), "/rope/cos"),
+                      numpy_helper.from_array(np.sin(angles).astype(np.float32), "/rope/sin")]
+            inputs["position_ids"] = (TensorProto.INT64, ["batch", "seq"])
+            for p in "qk":
+                if rotary == "onnx":
+                    rope_inputs, domain = [f"/attn/{p}", "/rope/cos", "/rope/sin", "position_ids"], ""
+                else:
+                    rope_inputs, domain = [f"/attn/{p}", "position_ids", "/rope/cos", "/rope/sin"], "com.microsoft"
+                nodes.append(helper.make_node("RotaryEmbedding", rope_inputs, [f"/attn/{p}_rot"], name=f"/attn/{p}/Rotary",
+                                              domain=domain, num_heads=2))
+            q, k = "/attn/q_rot", "/attn/k_rot"
+        nodes.append(helper.make_node("Attention", [q or "/attn/q", k or "/attn/k", "/attn/v"], ["attn_out"],
+                                      name="/attn/Attention", q_num_heads=2, kv_num_heads=2))
         outputs = ["attn_out"]
     elif attention:
         inits += [

@@ -120,6 +120,27 @@ def test_key_row_mask_is_repeated_for_every_query():
     assert_same_outputs(original, model, {"x": x, "keep": patterns.attention_keep_mask(rows=1)})
 
 
+def test_heads_transformed_after_the_projection_fuse_as_multi_head_attention():
+    # Llama's rotary embedding sits between Q's projection and the product, so no packed
+    # projection exists: the block over the heads becomes MultiHeadAttention.
+    original = patterns.self_attention(heads_form=True)
+    model, fired, near_misses = _attention_only(original)
+    assert (fired, near_misses) == (1, [])
+    ops = Counter(n.op_type for n in model.graph)
+    assert ops["MultiHeadAttention"] == 1 and "Softmax" not in ops and "MatMul" in ops  # the projections stay
+    rot = np.random.default_rng(4).standard_normal((1, 1, patterns.ATTN_SEQ, patterns.ATTN_HIDDEN // patterns.ATTN_HEADS))
+    assert_same_outputs(original, model, {**_small_feeds(), "rot": rot.astype(np.float32)})
+
+
+def test_masked_fill_becomes_an_additive_bias():
+    # DistilBERT writes scores.masked_fill(mask, finfo.min): a Where in front of Softmax.
+    original = patterns.self_attention(mask_form="fill")
+    model, fired, near_misses = _attention_only(original)
+    assert (fired, near_misses) == (1, [])
+    assert Counter(n.op_type for n in model.graph) == Counter({"Attention": 1, "Where": 1})
+    assert_same_outputs(original, model, _small_feeds())
+
+
 @pytest.mark.parametrize("batch_padding", [False, True])
 def test_raw_padding_mask_becomes_mask_index(batch_padding):
     # (1 - attention_mask[:, None, None, :]) * -10000 is what onnxruntime passes as the 2-D
@@ -190,4 +211,8 @@ def test_projection_from_a_gather_is_a_near_miss():
     _, fired, near_misses = _attention_only(original)
     assert fired == 0
     (miss,) = near_misses
-    assert miss.reason == "Q projection is not MatMul+Add (or Gemm) on the block input (found Gather '/attn/q/Gather')"
+    # ... and why the heads form (MultiHeadAttention on Q, K, V already in heads) does not apply either
+    assert miss.reason == (
+        "Q projection is not MatMul+Add (or Gemm) on the block input (found Gather '/attn/q/Gather'); as heads for "
+        "MultiHeadAttention: Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape"
+    )

@@ -72,7 +72,7 @@ def test_layer_norm_fuses(variant):
         (dict(eps_const=False), "LayerNormFusion at /ln/ReduceMean: epsilon input '/ln/eps' of Add '/ln/Add' is not a constant"),
         (dict(exponent=3.0), "LayerNormFusion at /ln/ReduceMean: Pow '/ln/Pow' raises to 3.0, not 2"),
         (dict(axes=(1,)), "LayerNormFusion at /ln/ReduceMean: ReduceMean '/ln/ReduceMean' reduces axes [1] of 'x' (rank 3); "
-         "the fused op normalizes the last axis only"),
+         "the fused op normalizes a block of trailing axes only"),
         (dict(extra_outputs=("/ln/Div_output_0",)), "LayerNormFusion at /ln/ReduceMean: intermediate value '/ln/Div_output_0' is a graph output"),
         (dict(extra_consumer="/ln/Sqrt_output_0"), "LayerNormFusion at /ln/ReduceMean: intermediate value '/ln/Sqrt_output_0' also feeds Neg '/ln/Neg'"),
         (dict(gamma_shape=(1,)), "LayerNormFusion at /ln/ReduceMean: gamma '/ln/gamma' has 1 elements but 'x' has last dimension 16"),
@@ -125,7 +125,7 @@ def test_rms_norm_fuses(variant):
     [
         (dict(exponent=3.0), "SimplifiedLayerNormFusion at /ln/ReduceMean_1: Pow '/ln/Pow' raises to 3.0, not 2"),
         (dict(axes=(0,)), "SimplifiedLayerNormFusion at /ln/ReduceMean_1: ReduceMean '/ln/ReduceMean_1' reduces axes [0] of 'x' "
-         "(rank 3); the fused op normalizes the last axis only"),
+         "(rank 3); the fused op normalizes a block of trailing axes only"),
         (dict(extra_outputs=("/ln/Reciprocal_output_0",)),
          "SimplifiedLayerNormFusion at /ln/ReduceMean_1: intermediate value '/ln/Reciprocal_output_0' is a graph output"),
         (dict(extra_consumer="/ln/Add_output_0"),
@@ -255,10 +255,12 @@ def test_embed_layer_norm_drops_constant_default_positions():
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
-def test_embed_layer_norm_in_front_of_onnx_attention_23():
+@pytest.mark.parametrize("rotary", [None, "onnx", "com.microsoft"])
+def test_embed_layer_norm_in_front_of_onnx_attention_23(rotary):
     # Attention in its other form: the standard op of opset 23 reads the LayerNorm output through
-    # its Q/K/V projections (the dynamo exporter's BERT at opset 23).
-    model = patterns.embed_layer_norm(attention="onnx", opset=23)
+    # its Q/K/V projections (the dynamo exporter's BERT at opset 23), Q and K maybe through a
+    # RotaryEmbedding in either of its forms.
+    model = patterns.embed_layer_norm(attention="onnx", opset=23, rotary=rotary)
     optimized, report = _optimize(model)
     assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
     assert report.ops_after["Attention"] == 1
@@ -373,6 +375,24 @@ def test_fixture_normalization_counts_and_numerics(fixture):
     assert counts == FIXTURE_COUNTS[fixture]
     assert "ReduceMean" not in ops  # every exported LayerNorm was recognised
     assert_same_outputs(model, optimized, fixture_feeds(model, batch=2, seq=16))
+
+
+def test_layer_norm_over_the_last_two_axes():
+    # ONNX Runtime's layer_norm_with_cast.onnx: ReduceMean over axes [-2, -1], gamma and beta of
+    # their shape: LayerNormalization(axis=-2).
+    model = patterns.layer_norm(axes=(-2, -1), gamma_shape=(4, 16))
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"LayerNormalization": 1}
+    [node] = [n for n in optimized.graph.node if n.op_type == "LayerNormalization"]
+    assert onnx.helper.get_attribute_value(next(a for a in node.attribute if a.name == "axis")) == -2
+    assert_same_outputs(model, optimized)
+
+
+def test_layer_norm_over_two_axes_with_a_one_axis_gamma_is_a_near_miss():
+    _, report = _optimize(patterns.layer_norm(axes=(-2, -1), gamma_shape=(16,)))
+    assert [m.reason for m in report.explain("LayerNormFusion") if m.step == "gamma"] == [
+        "gamma '/ln/gamma' of Mul '/ln/Mul' has shape [16], not the normalized axes' [4, 16]"
+    ]
 
 
 def _layer_norm_with_scale_inputs(scale_dim: str):

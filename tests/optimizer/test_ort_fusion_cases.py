@@ -15,12 +15,14 @@ from tests.optimizer.ort_fusion_cases import CASES, ort_testdata_dir, run_case
 FOLDER = ort_testdata_dir()
 pytestmark = pytest.mark.skipif(FOLDER is None, reason="ONNX Runtime's fusion test models are not here")
 
-_CAST_SKIP = "SkipLayerNormFusion does not look through the Casts around a float16 residual Add"
-_CAST_LN = "LayerNormFusion does not look through Casts inside the pattern"
+# ORT's test runs its transformer on nodes no execution provider has claimed; in a CPU session
+# (ours, and onnxruntime's own: `tools/fusion_table.py --ort-cases` shows both) these float16
+# patterns stay unfused, as the CPU kernels compute LayerNorm in float or double only.
+_CAST_SKIP = "float16 residual Add around Casts: onnxruntime's own CPU session does not fuse it either"
+_CAST_LN = "a float16 LayerNorm: onnxruntime's own CPU session does not fuse it either"
 _EMBED = "EmbedLayerNormFusion does not know the NonZero(ConstantOfShape) position ids of this export"
 _GPT = "AttentionFusion has no GPT-2 (unidirectional Where mask, past key/value) form"
 KNOWN_GAPS: dict[str, str] = {
-    "layer_norm_with_cast.onnx": _CAST_LN,
     "layer_norm_with_cast_2.onnx": _CAST_LN,
     "layer_norm_with_cast_3.onnx": _CAST_LN,
     "layer_norm_with_cast_4.onnx": _CAST_LN,
@@ -43,7 +45,9 @@ KNOWN_GAPS: dict[str, str] = {
     "gpt2_past_mask_one_layer.onnx": _GPT,
     "gpt2_past_one_layer.onnx": _GPT,
     "gpt2_one_layer.onnx": _GPT,
-    "attention_distilbert.onnx": "AttentionFusion does not match DistilBERT's Where-on-mask form",
+    # Its Where fills masked scores with 0.0, which is not a mask (softmax still weighs them);
+    # ONNX Runtime's fusion assumes a mask whatever the fill, ours does not.
+    "attention_distilbert.onnx": "the masked_fill value is 0, so the Where is not an attention mask",
 }
 
 

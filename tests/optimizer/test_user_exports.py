@@ -23,12 +23,16 @@ LLAMA = {"SimplifiedLayerNormalization": 1, f"{MS}SkipSimplifiedLayerNormalizati
 EXTENDED: dict[str, dict[str, int]] = {
     "bert_notype_torchscript_opset14.onnx": BERT,
     "roberta_notype_torchscript_opset14.onnx": BERT,
+    # The key/value cache becomes Attention's present output, split back into present_*.
     "gpt2_cache_torchscript_opset14.onnx": {
-        "LayerNormalization": 3, "Reshape": 9, f"{MS}FastGelu": 2, f"{MS}FusedMatMul": 2,
+        "LayerNormalization": 3, "Reshape": 1, f"{MS}Attention": 2, f"{MS}FastGelu": 2,
         f"{MS}SkipLayerNormalization": 2,
     },
     "llama_torchscript_opset14.onnx": {**LLAMA, "Reshape": 6, f"{MS}FusedMatMul": 2},
-    "llama_dynamo_opset20.onnx": {**LLAMA, f"{MS}FusedMatMul": 2},
+    # Q and K pass the rotary embedding and K/V the grouped-query repeat after their projections:
+    # attention fuses as MultiHeadAttention on the heads (TorchScript's export leaves the number of
+    # heads symbolic, so opset 14 does not).
+    "llama_dynamo_opset20.onnx": {**LLAMA, f"{MS}MultiHeadAttention": 2},
     # opset 23: the exporter's own Attention, RMSNormalization and RotaryEmbedding stay; the
     # rules around them fire on both forms.
     "llama_dynamo_opset23.onnx": {f"{MS}SkipSimplifiedLayerNormalization": 4, f"{MS}QuickGelu": 2},
@@ -50,6 +54,13 @@ def test_every_level_matches_onnxruntime(name, level):
     model = onnx.load(str(MODELS / name))
     result = optimize(model, level)
     assert_same_outputs(model, result, fixture_feeds(model, batch=2, seq=8))
+
+
+def test_gpt2_cache_comes_out_of_attentions_present():
+    model = optimize(str(MODELS / "gpt2_cache_torchscript_opset14.onnx"), "extended").model
+    for output in model.graph.outputs[1:]:
+        gather = output.producer()
+        assert gather.op_type == "Gather" and gather.inputs[0].producer().op_type == "Attention"
 
 
 def test_opset_23_keeps_the_exporters_fused_ops():

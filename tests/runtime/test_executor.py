@@ -282,11 +282,14 @@ def test_cycle_is_a_plan_error():
         GraphExecutor(graph, opsets={"": 17}, extra_kernels=KERNELS)
 
 
-def test_undefined_value_is_a_plan_error_at_creation():
+def test_undefined_value_is_refused_at_creation():
+    """The loader refuses it before planning (optimizer/model_io.py), naming the node and the value."""
+    from optimizer import ModelLoadError
+
     model = make_model(
         [helper.make_node("Add", ["x", "ghost"], ["y"])], [tensor("x", [2])], [tensor("y", [2])]
     )
-    with pytest.raises(GraphPlanError, match="ghost"):
+    with pytest.raises(ModelLoadError, match="reads 'ghost', which no graph input, initializer or node provides"):
         session(model)
 
 

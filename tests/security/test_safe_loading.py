@@ -164,3 +164,32 @@ def test_both_engines_refuse_before_opening_the_file(cases, engine):
             run_engine(engine, case.model_path, "all", runs=1, warmup=0)
         assert "tensor 'stolen'" in str(error.value) and case.expected in str(error.value), case.name
         assert not hostile.leaks_secret(str(error.value))
+
+
+def test_cycles_and_values_nothing_produces_are_load_errors_naming_the_node():
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    cycle = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second")],
+        "g", [x], [y],
+    )
+    with pytest.raises(ModelLoadError, match="has a cycle through node"):
+        load_model(helper.make_model(cycle))
+    dangling = helper.make_graph([helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")], "g", [x], [y])
+    with pytest.raises(ModelLoadError, match="node #0 'adder' \\(Add\\) of the main graph reads 'ghost', which no graph input"):
+        optimize(helper.make_model(dangling))
+
+
+def test_a_rule_that_cannot_read_a_malformed_pattern_reports_it_as_a_near_miss():
+    """A Transpose whose perm repeats an axis inside an attention-shaped graph must not take the optimizer down."""
+    import onnx
+
+    model = onnx.load("tests/models/bert_static_torchscript_opset14.onnx")
+    transposes = [n for n in model.graph.node if n.op_type == "Transpose"]
+    for attribute in transposes[0].attribute:
+        if attribute.name == "perm":
+            attribute.ints[:] = [0, 0, 0, 0]
+    report = optimize(model, level="extended").report
+    assert report.nodes_after > 0

@@ -83,7 +83,8 @@ def _wait_for_run(base: str, run_url: str, timeout_s: float = 180) -> dict:
 
 def _worker_pids(server: subprocess.Popen) -> list[int]:
     """The server's spawned worker processes (not multiprocessing's resource tracker)."""
-    children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+    # Every thread's children: the supervisor thread spawns the replacement of a dead worker.
+    children = [pid for task in Path(f"/proc/{server.pid}/task").iterdir() for pid in (task / "children").read_text().split()]
     return [int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
@@ -165,3 +166,22 @@ def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_
                                 data={"commit": "good"}, timeout=30)
         assert _wait_for_run(base, upload.json()["run_url"])["verdict"] == "ok"
         assert _worker_pids(server) == [worker]  # the same process: nothing crashed
+
+
+def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
+    env = {"FUSIONWATCH_JOB_TIMEOUT_S": "2", "FUSIONWATCH_MAX_ATTEMPTS": "1", "FUSIONWATCH_POLL_INTERVAL_S": "0.1"}
+    with _serving(tmp_path, **env) as (base, server):
+        settings = {"runs": 1000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
+        httpx.post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
+        with open(RESNET, "rb") as model:
+            upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
+                                data={"commit": "t1"}, timeout=30)
+        run = _wait_for_run(base, upload.json()["run_url"])
+        [job] = run["jobs"]
+        assert job["state"] == "failed" and "ran past the 2 s job timeout" in job["error"], job
+        [alert] = run["alerts"]
+        assert alert["kind"] == "job-failure" and "timeout" in alert["message"]
+        deadline = time.monotonic() + 30
+        while not _worker_pids(server):  # a fresh worker takes the killed one's place
+            assert time.monotonic() < deadline, "no worker process after the timeout"
+            time.sleep(0.1)

@@ -112,3 +112,26 @@ def test_bad_documents_and_unknown_names_are_named(client, project):
     assert reply.status_code == 422 and "CI webhook" in reply.json()["detail"]
     projects = client.get("/api/v1/projects").json()
     assert projects["total"] == 1 and "webhook_secret" not in projects["items"][0]
+
+
+def test_alerts_reach_slack_and_json_hooks_and_failed_deliveries_are_retried_and_logged(client, project, session):
+    from sqlalchemy import select
+
+    from service.models import AlertDelivery
+    from tests.service.receiver import Receiver
+
+    with Receiver() as slack, Receiver(status=500) as broken:
+        client.post("/api/v1/projects/engine/hooks", json={"url": slack.url, "format": "slack"}).raise_for_status()
+        client.post("/api/v1/projects/engine/hooks", json={"url": broken.url, "format": "json"}).raise_for_status()
+        _post(client, "h1")
+        _post(client, "h2", ["h1"], fusions={})  # background delivery runs before the TestClient returns
+        [body] = slack.wait_for(lambda bodies: len(bodies) >= 1)
+        assert body["text"].startswith("[fusionwatch] fusion-regression: BiasGeluFusion stopped firing")
+        broken.wait_for(lambda bodies: len(bodies) >= 3)
+    session.rollback()
+    attempts = session.execute(select(AlertDelivery.attempt, AlertDelivery.status_code, AlertDelivery.error)
+                               .order_by(AlertDelivery.id)).all()
+    assert sorted(attempts, key=lambda a: (a.status_code or 0, a.attempt)) == [
+        (1, 200, None), (1, 500, "HTTP 500"), (2, 500, "HTTP 500"), (3, 500, "HTTP 500")
+    ]
+    assert client.post("/api/v1/projects/engine/hooks", json={"url": "ftp://x"}).status_code == 422
