@@ -9,7 +9,7 @@ HOST    ?= 127.0.0.1
 PORT    ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: install install-dev install-export install-gpu install-cuda run test bench conformance lint fixtures clean
+.PHONY: install install-dev install-export install-gpu install-cuda run test bench bench-load conformance lint fixtures clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -60,6 +60,10 @@ test: $(DEVSTAMP) | $(CHROMIUM)
 
 bench: $(EXPSTAMP)
 	$(BIN)/python -m bench
+
+# The service under load on loopback (needs Redis, as CI's machine has): req/s, p50/p99, errors.
+bench-load: $(DEVSTAMP)
+	$(BIN)/python -m bench.load
 
 conformance: $(DEVSTAMP)
 	$(BIN)/python -m runtime.conformance

@@ -1,4 +1,6 @@
-"""The `fusionwatch` command line: the optimizer's CLI contract, the service's launcher and its database.
+"""The `fusionwatch` command line: the optimizer's CLI contract, the service's launcher, its Celery worker
+and its database. The measuring commands (`run`, `analyze`) live in cli_measure.py, the ones that talk to
+a server (`submit`, `run --server`) in cli_client.py.
 
 `fusionwatch optimize MODEL --json` prints exactly one JSON object on stdout; other tools
 (CI scripts, the service's tests) rely on its keys: level, nodes_before, nodes_after,
@@ -17,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
+from service.cli_client import submit_command
+from service.cli_measure import analyze_command, run_command
 
 app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
 # soft_wrap: an error naming a long path stays on one line, whole, so it can be grepped and copied.
@@ -109,66 +113,9 @@ def profile_command(
     console.print(ops)
 
 
-@app.command("run")
-def run_command(
-    model: Annotated[Path, typer.Argument(help="ONNX model file")],
-    engine: Annotated[str, typer.Option("--engine", "-e", help="fusionwatch, onnxruntime or all")] = "all",
-    level: Annotated[
-        str, typer.Option("--level", "-l", help=f"one of {', '.join(LEVEL_NAMES)}, or all-levels")
-    ] = "all",
-    runs: Annotated[int, typer.Option("--runs", help="timed runs, after the warm-up")] = 10,
-    warmup: Annotated[int, typer.Option("--warmup", help="runs left out of the timings")] = 2,
-    threads: Annotated[int, typer.Option("--threads", help="intra-op threads; 0: the engine's default")] = 0,
-    sequence_length: Annotated[
-        int, typer.Option("--sequence-length", help="size of symbolic non-batch input dimensions")
-    ] = 128,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-) -> None:
-    """Run MODEL through each engine at each level: fused ops and SequentialExecutor timings."""
-    from service.engines import ENGINES, EngineError, run_engine
-
-    engines = list(ENGINES) if engine == "all" else [engine]
-    levels = list(LEVEL_NAMES) if level == "all-levels" else [level]
-    run_options = {"runs": runs, "warmup": warmup, "threads": threads, "sequence_length": sequence_length}
-    results = []
-    # Level by level with the engines back to back, so a pair compared in the table ran close in time.
-    for level_name in levels:
-        for engine_name in engines:
-            try:
-                results.append(run_engine(engine_name, model, level_name, **run_options))
-            except (EngineError, ValueError) as error:
-                err.print(f"[red]error:[/red] {error}")
-                raise typer.Exit(2) from error
-    if as_json:
-        json.dump({"model": str(model), "results": [r.to_dict() for r in results]}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-        return
-    console = Console()
-    first = results[0]
-    inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
-    versions = ", ".join(dict.fromkeys(f"{r.engine} {r.engine_version}" for r in results))
-    console.print(f"{model}: {first.runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}")
-    table = Table(title="Medians, ms")
-    for heading in ("engine", "level", "fused ops"):
-        table.add_column(heading, no_wrap=True)
-    for heading in ("Execute", "model_run"):
-        table.add_column(heading, justify="right")
-    for result in results:
-        # One fused op per line, domain dropped: the table stays readable in 80 columns.
-        fused = "\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in result.fusions.items())
-        if result.graph_error is not None:
-            fused = "(graph unavailable)"
-        table.add_row(
-            result.engine,
-            result.level,
-            fused or "-",
-            f"{result.execute_ms.median:.3f}",
-            f"{result.model_run_ms.median:.3f}",
-        )
-    console.print(table)
-    for result in results:
-        if result.graph_error is not None:
-            err.print(f"[yellow]note:[/yellow] {result.engine} at {result.level}: {result.graph_error}")
+app.command("run")(run_command)
+app.command("analyze")(analyze_command)
+app.command("submit")(submit_command)
 
 
 @app.command("serve")
@@ -179,8 +126,9 @@ def serve_command(
         Path | None, typer.Option("--data-dir", help="where uploaded models are kept (default ./var)")
     ] = None,
 ) -> None:
-    """Start the HTTP service and its embedded worker on the database in FUSIONWATCH_DATABASE_URL
-    (run `fusionwatch db upgrade` first). With FUSIONWATCH_BROKER_URL, jobs go to Celery workers instead."""
+    """Start the HTTP service and its embedded worker.
+
+    On the database in FUSIONWATCH_DATABASE_URL (run `fusionwatch db upgrade` first). With FUSIONWATCH_BROKER_URL, jobs go to Celery workers instead."""
     import os
 
     import uvicorn
@@ -188,18 +136,10 @@ def serve_command(
     if data_dir is not None:
         os.environ["FUSIONWATCH_DATA_DIR"] = str(data_dir.resolve())
 
-    from service import migrate
     from service.core.config import settings
     from service.core.logging import configure_logging
 
-    current = _guarded(migrate.current_revision)
-    head = migrate.head_revision()
-    if current != head:
-        err.print(
-            f"[red]error:[/red] database {_shown(settings.database_url)} is at migration {current or 'none'}, "
-            f"this fusionwatch needs {head}; run `fusionwatch db upgrade`",
-        )
-        raise typer.Exit(2)
+    _require_migrated()
     configure_logging(settings.log_level)
     # Logging is quiet by default, so say where to look; uvicorn's own banner is an INFO line.
     err.print(f"fusionwatch serving on http://{host}:{port}/api/v1 (log level {settings.log_level})")
@@ -211,6 +151,36 @@ def serve_command(
         log_config=None,
         log_level=settings.log_level.lower(),
     )
+
+
+@app.command("worker")
+def worker_command(
+    queue: Annotated[str, typer.Option("--queue", help="machine class whose jobs this worker runs (cpu, cuda, ...)")] = "cpu",
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="jobs at once; 1 keeps timings clean")] = 1,
+) -> None:
+    """Start a Celery worker for the jobs of one machine class.
+
+    It takes jobs from the broker in FUSIONWATCH_BROKER_URL and
+    the database in FUSIONWATCH_DATABASE_URL (shared with `fusionwatch serve`, as is FUSIONWATCH_DATA_DIR)."""
+    from service.core.config import settings
+    from service.core.logging import configure_logging
+
+    if not settings.broker_url:
+        err.print("[red]error:[/red] FUSIONWATCH_BROKER_URL is not set; a worker needs the broker `fusionwatch serve` "
+                  "sends jobs to (e.g. redis://127.0.0.1:6379/0). Without one, `fusionwatch serve` runs jobs itself.")
+        raise typer.Exit(2)
+    _require_migrated()
+    # The queue is the machine class: results this worker records are compared within that class.
+    settings.machine_class = queue
+    configure_logging(settings.log_level)
+    from service.worker.celery_app import celery_app_for
+
+    err.print(f"fusionwatch worker on queue {queue!r} of {_shown(settings.broker_url)}, concurrency {concurrency}")
+    # --quiet: no startup banner; what the worker has to say goes through the JSON logs at the set level.
+    celery_app_for(settings.broker_url).worker_main([
+        "--quiet", "worker", f"--queues={queue}", f"--concurrency={concurrency}", "--pool=prefork",
+        f"--loglevel={settings.log_level}", "--without-mingle", "--without-gossip",
+    ])
 
 
 db_app = typer.Typer(help="The service's database: apply or undo schema migrations.", no_args_is_help=True)
@@ -240,6 +210,21 @@ def db_downgrade_command(
     _guarded(lambda: migrate.downgrade(revision, settings.database_url))
     shown = _shown(settings.database_url)
     err.print(f"database {shown} is at migration {migrate.current_revision() or 'none'}")
+
+
+def _require_migrated() -> None:
+    """Exit 2 with the advice unless the configured database is at the newest migration."""
+    from service import migrate
+    from service.core.config import settings
+
+    current = _guarded(migrate.current_revision)
+    head = migrate.head_revision()
+    if current != head:
+        err.print(
+            f"[red]error:[/red] database {_shown(settings.database_url)} is at migration {current or 'none'}, "
+            f"this fusionwatch needs {head}; run `fusionwatch db upgrade`",
+        )
+        raise typer.Exit(2)
 
 
 def _guarded(database_step):

@@ -13,17 +13,19 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 
-def make_engine(database_url: str) -> Engine:
+def make_engine(database_url: str, sqlite_immediate: bool = True) -> Engine:
+    """`sqlite_immediate=False` is for sessions that only read (tests looking behind the API's back):
+    their transactions then never hold SQLite's write lock."""
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite":
-        return _sqlite_engine(database_url)
+        return _sqlite_engine(database_url, sqlite_immediate)
     if url.get_backend_name() == "postgresql" and url.get_driver_name() != "psycopg":
         raise ValueError(f"database URL {url!r}: use the psycopg 3 driver, postgresql+psycopg://...")
     # pre_ping: a long-lived service outlives PostgreSQL restarts; a stale pooled connection is retried.
     return create_engine(database_url, pool_pre_ping=True)
 
 
-def _sqlite_engine(database_url: str) -> Engine:
+def _sqlite_engine(database_url: str, immediate: bool) -> Engine:
     database = make_url(database_url).database
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).parent.mkdir(parents=True, exist_ok=True)
@@ -46,9 +48,13 @@ def _sqlite_engine(database_url: str) -> Engine:
             cursor.execute("PRAGMA journal_mode = WAL")
         cursor.close()
 
+    # IMMEDIATE: a transaction takes the write lock when it starts. A deferred one that read first
+    # and then writes cannot wait for the lock (SQLite answers "database is locked" at once, since
+    # waiting could deadlock), which under concurrent requests failed writes; transactions here
+    # are short, and in WAL mode readers outside a transaction are never blocked.
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:
-        connection.exec_driver_sql("BEGIN")
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
 

@@ -138,3 +138,63 @@ def test_run_table_and_bad_inputs(tmp_path):
     assert engine.exit_code == 2 and "unknown engine 'tvm'" in engine.output
     level = runner.invoke(app, ["run", str(model), "--level", "max"])
     assert level.exit_code == 2 and "unknown optimization level 'max'" in level.output
+
+
+def test_run_disable_reaches_both_engines_and_takes_several_models(tmp_path):
+    first = _save(tmp_path, _mlp(), "first.onnx")
+    second = _save(tmp_path, _mlp(), "second.onnx")
+    # Without MatMulAddFusion, whose Gemm would take the Add BiasGelu needs.
+    args = ["run", str(first), str(second), "--level", "extended", "--runs", "1", "--warmup", "0", "--json",
+            "--disable", "MatMulAddFusion"]
+    kept = json.loads(runner.invoke(app, args).stdout)
+    assert [entry["model"] for entry in kept["models"]] == [str(first), str(second)]
+    assert all(r["fusions"].get("com.microsoft.BiasGelu") == 1 for e in kept["models"] for r in e["results"])
+    disabled = runner.invoke(app, [*args[:2], *args[3:], "--disable", "BiasGeluFusion"])
+    assert disabled.exit_code == 0, disabled.output
+    data = json.loads(disabled.stdout)
+    assert data["model"] == str(first)
+    assert {r["engine"]: r["fusions"].get("com.microsoft.BiasGelu", 0) for r in data["results"]} == {
+        "fusionwatch": 0, "onnxruntime": 0
+    }
+
+
+def test_run_server_options_go_together(tmp_path):
+    path = str(_save(tmp_path, _mlp()))
+    orphan = runner.invoke(app, ["run", path, "--commit", "abc"])
+    assert orphan.exit_code == 2 and "--project, --commit and --fail-on-regression need --server" in orphan.output
+    incomplete = runner.invoke(app, ["run", path, "--server", "http://127.0.0.1:9", "--project", "p"])
+    assert incomplete.exit_code == 2 and "--server needs --project and --commit" in incomplete.output
+    bad_url = runner.invoke(app, ["submit", path, "--server", "127.0.0.1:9", "--project", "p", "--commit", "a"])
+    assert bad_url.exit_code == 2 and "expected an http:// or https:// URL" in bad_url.output
+
+
+def test_analyze_reports_every_level_and_engine_with_the_near_misses(tmp_path):
+    path = _save(tmp_path, _mlp(extra_outputs=["a"]))
+    args = ["analyze", str(path), "--runs", "2", "--warmup", "0", "--disable", "MatMulAddFusion"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [(r["engine"], r["level"]) for r in data["results"]] == [
+        (engine, level) for level in LEVEL_NAMES for engine in ("fusionwatch", "onnxruntime")
+    ]
+    assert all(r["numeric_ok"] and r["execute_median_ms"] > 0 and len(r["execute_ms"]) == 2 for r in data["results"])
+    extended = next(r for r in data["results"] if r["level"] == "extended" and r["engine"] == "fusionwatch")
+    assert "intermediate value 'a' is a graph output" in [m["reason"] for m in extended["near_misses"]]
+
+    table = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "Near misses" in table.stdout and "intermediate value 'a' is a graph output" in table.stdout
+    assert "max abs err" in table.stdout
+    missing = runner.invoke(app, ["analyze", str(tmp_path / "nope.onnx")])
+    assert missing.exit_code == 2 and "nope.onnx" in missing.output and "no such model file" in missing.output
+
+
+def test_server_text_is_printed_as_is_not_as_rich_markup():
+    from rich.console import Console
+
+    from service.cli_client import print_alerts
+
+    console = Console(record=True, width=200)
+    message = "Reshape [/model/Reshape] target [1, -1] has [bold]two[/bold] -1s"
+    print_alerts(console, [{"kind": "fusion-regression", "message": message}])
+    assert console.export_text().strip() == f"fusion-regression {message}"

@@ -25,34 +25,38 @@ TIMEOUT_S = 5.0
 
 
 def deliver(session_factory: Callable[[], Session], alert_ids: list[int]) -> None:
+    """Post each alert to its project's hooks. No transaction stays open across a network call: the
+    payloads are read first, and each attempt is logged in a short transaction of its own."""
     if not alert_ids:
         return
     with session_factory() as session:
+        posts = []
         for alert_id in alert_ids:
             alert = session.get(Alert, alert_id)
             hooks = session.scalars(select(Hook).where(Hook.project_id == alert.project_id)).all()
-            if not hooks:
-                continue
-            body = alert_dict(session, alert)
+            body = alert_dict(session, alert) if hooks else None
             for hook in hooks:
                 payload = {"text": f"[fusionwatch] {alert.kind}: {alert.message}"} if hook.format == "slack" else {"alert": body}
-                _post_with_retries(session, alert, hook, payload)
-            session.commit()
+                posts.append((alert.id, hook.id, hook.url, payload))
+        session.rollback()
+    for alert_id, hook_id, url, payload in posts:
+        _post_with_retries(session_factory, alert_id, hook_id, url, payload)
 
 
-def _post_with_retries(session: Session, alert: Alert, hook: Hook, payload: dict) -> None:
+def _post_with_retries(session_factory, alert_id: int, hook_id: int, url: str, payload: dict) -> None:
     for attempt in range(1, ATTEMPTS + 1):
         status, error = None, None
         try:
-            response = httpx.post(hook.url, json=payload, timeout=TIMEOUT_S)
+            response = httpx.post(url, json=payload, timeout=TIMEOUT_S)
             status = response.status_code
-            if response.is_success:
-                session.add(AlertDelivery(alert_id=alert.id, hook_id=hook.id, attempt=attempt, status_code=status))
-                return
-            error = f"HTTP {status}"
+            if not response.is_success:
+                error = f"HTTP {status}"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
-        session.add(AlertDelivery(alert_id=alert.id, hook_id=hook.id, attempt=attempt, status_code=status, error=error))
-        log.warning("alert delivery failed", extra={"alert_id": alert.id, "hook_id": hook.id, "attempt": attempt, "error": error})
+        with session_factory() as session, session.begin():
+            session.add(AlertDelivery(alert_id=alert_id, hook_id=hook_id, attempt=attempt, status_code=status, error=error))
+        if error is None:
+            return
+        log.warning("alert delivery failed", extra={"alert_id": alert_id, "hook_id": hook_id, "attempt": attempt, "error": error})
         if attempt < ATTEMPTS:
             time.sleep(BACKOFF_S[attempt - 1])

@@ -1,7 +1,8 @@
 """Compare a result with its baseline and say what changed, in words a user acts on.
 
 fusion-regression: fused ops' counts dropped (exact, immediate); one alert per result, led by the op
-that lost the most, every drop in `changes`. fusion-change: counts rose (info), the same way.
+that lost the most, every drop in `changes`. fusion-change: counts rose (info), the same way, with any
+drop that a rise explains (an op absorbed into a larger fusion, see `absorbed_into`).
 timing-regression: timing.decide says so. numeric-mismatch: the level's outputs left the tolerance
 of level `disabled` (no baseline needed).
 """
@@ -26,6 +27,18 @@ def rule_for_op() -> dict[str, str]:
         for op in rule.emits:
             names.setdefault(op, rule.name)
     return names
+
+
+@cache
+def absorbed_into() -> dict[str, frozenset[str]]:
+    """Fused op key → the fused ops a rule anchored on it makes out of it ("com.microsoft.Gelu" →
+    BiasGelu, FastGelu). When those rose by as much as it dropped, the op was absorbed into a larger
+    fusion (a re-enabled BiasGeluFusion takes GeluFusion's Gelus back), which is no regression."""
+    found: dict[str, set[str]] = {}
+    for rule in rules_for_level("all", enable_gelu_approximation=True):
+        for anchor in rule.anchors:
+            found.setdefault(anchor, set()).update(op for op in rule.emits if op != anchor)
+    return {op: frozenset(ops) for op, ops in found.items()}
 
 
 def detect(
@@ -73,6 +86,11 @@ def detect(
             drops.append(change)
         elif after > before:
             rises.append(change)
+    rose = {c["op"]: c["after"] - c["before"] for c in rises}
+    absorbed = [c for c in drops
+                if sum(rose.get(op, 0) for op in absorbed_into().get(c["op"], ())) >= c["before"] - c["after"]]
+    drops = [c for c in drops if c not in absorbed]
+    rises += absorbed  # reported with the rises that absorbed them, as information
     if drops:
         # The op that lost the most (relatively) leads; every drop is in `changes` and the message.
         drops.sort(key=lambda c: (c["after"] / c["before"], c["op"]))

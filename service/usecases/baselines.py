@@ -4,58 +4,83 @@ The nearest measured ancestor of the result's commit (breadth-first over parents
 branch's merge base counts), with the same fingerprint — same model, engine, level, machine class,
 threads and inputs. When the walk finds none (a parentless commit, or parents CI never reported),
 the latest earlier commit on the same branch, by timestamp or else arrival, stands in.
+
+Both are a few indexed queries whatever the history's length: the walk reads one generation of
+parents at a time and stops at the first measured one, so posting the 10,000th commit costs what
+posting the 10th did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from service.models import Commit, Result
-from service.usecases.commits import ancestor_ids, earlier_on_branch
+
+# A walk this deep without a measured ancestor gives up on ancestry (and falls back to branch order).
+MAX_GENERATIONS = 1000
 
 
 def find_baseline(session: Session, result: Result) -> Result | None:
-    return find_baselines(session, [result])[0]
+    commit = session.get(Commit, result.commit_id)
+    return _nearest_measured_ancestor(session, result, commit) or _latest_earlier_on_branch(session, result, commit)
 
 
-def find_baselines(session: Session, results: list[Result]) -> list[Result | None]:
-    """The baseline of each result (None where there is none), in order. Results of one commit share one
-    walk of its ancestry, which stops as soon as every one of them has found its baseline."""
-    found: dict[int, Result | None] = {result.id: None for result in results}
-    by_commit: dict[int, list[Result]] = {}
-    for result in results:
-        by_commit.setdefault(result.commit_id, []).append(result)
-    for commit_id, group in by_commit.items():
-        commit = session.get(Commit, commit_id)
-        measured = {result.id: _measured(session, result, commit) for result in group}
-        pending = [result for result in group if measured[result.id]]
-        for candidate in _candidates(session, commit) if pending else ():
-            for result in [r for r in pending if candidate in measured[r.id]]:
-                found[result.id] = session.get(Result, measured[result.id][candidate])
-                pending.remove(result)
-            if not pending:
-                break
-    return [found[result.id] for result in results]
+def _measured(session: Session, result: Result, commit_ids: list[int]) -> dict[int, Result]:
+    """The latest result with this fingerprint at each of these commits."""
+    rows = session.scalars(
+        select(Result)
+        .where(Result.fingerprint == result.fingerprint, Result.commit_id.in_(commit_ids), Result.id != result.id)
+        .order_by(Result.id)
+    ).all()
+    return {row.commit_id: row for row in rows}
 
 
-def _candidates(session: Session, commit: Commit) -> Iterator[int]:
-    """Commit ids in the order a baseline is looked for: ancestry, then the branch's earlier commits
-    (read only if the walk gets that far)."""
-    yield from ancestor_ids(session, commit)
-    for earlier in earlier_on_branch(session, commit):
-        yield earlier.id
+def _nearest_measured_ancestor(session: Session, result: Result, commit: Commit) -> Result | None:
+    seen = {commit.sha}
+    frontier = [sha for sha in dict.fromkeys(commit.parents or []) if sha not in seen]
+    for _ in range(MAX_GENERATIONS):
+        if not frontier:
+            return None
+        seen.update(frontier)
+        rows = session.execute(
+            select(Commit.id, Commit.sha, Commit.parents).where(
+                Commit.project_id == commit.project_id, Commit.sha.in_(frontier)
+            )
+        ).all()
+        order = {sha: i for i, sha in enumerate(frontier)}
+        rows = sorted(rows, key=lambda row: order[row.sha])
+        measured = _measured(session, result, [row.id for row in rows]) if rows else {}
+        for row in rows:  # nearest first, in the parents' own order
+            if row.id in measured:
+                return measured[row.id]
+        frontier = [sha for row in rows for sha in (row.parents or []) if sha not in seen]
+        frontier = list(dict.fromkeys(frontier))
+    return None
 
 
-def _measured(session: Session, result: Result, commit: Commit) -> dict[int, int]:
-    """Commit id → the latest result id in the result's series, other commits only (ids ascend)."""
-    return {
-        row.commit_id: row.id
-        for row in session.execute(
-            select(Result.commit_id, Result.id)
-            .where(Result.fingerprint == result.fingerprint, Result.id != result.id, Result.commit_id != commit.id)
-            .order_by(Result.id)
+def _latest_earlier_on_branch(session: Session, result: Result, commit: Commit) -> Result | None:
+    """By timestamp where this commit has one (ties and untimed commits by arrival), else by arrival."""
+    if commit.timestamp is None:
+        earlier = Commit.seq < commit.seq
+        order = (Commit.seq.desc(),)
+    else:
+        earlier = or_(
+            Commit.timestamp < commit.timestamp,
+            and_(Commit.timestamp == commit.timestamp, Commit.seq < commit.seq),
         )
-    }
+        order = (Commit.timestamp.desc(), Commit.seq.desc())
+    return session.scalar(
+        select(Result)
+        .join(Commit, Commit.id == Result.commit_id)
+        .where(
+            Result.fingerprint == result.fingerprint,
+            Result.id != result.id,
+            Commit.project_id == commit.project_id,
+            Commit.branch == commit.branch,
+            Commit.id != commit.id,
+            earlier,
+        )
+        .order_by(*order, Result.id.desc())
+        .limit(1)
+    )

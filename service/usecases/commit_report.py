@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from service.alerts.detect import rule_for_op
 from service.models import Alert, Commit, Model, Project, Result, Run
-from service.usecases.baselines import find_baselines
+from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
 from service.usecases.overview import level_order, percent_change
 from service.usecases.runs import RunStatus, run_status
@@ -79,7 +79,7 @@ def commit_report(session: Session, project: Project, sha: str) -> CommitReport:
         .where(Result.commit_id == commit.id).order_by(Result.id)
     ).all()
     latest = {result.fingerprint: (result, name) for result, name in results}  # a re-measurement wins
-    baselines = find_baselines(session, [result for result, _ in latest.values()])
+    baselines = [find_baseline(session, result) for result, _ in latest.values()]
     diffs = [_diff(session, result, name, baseline)
              for (result, name), baseline in zip(latest.values(), baselines, strict=True)]
     diffs.sort(key=lambda d: (d.model, d.engine, level_order(d.level), d.machine_class))

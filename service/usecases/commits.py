@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -75,19 +74,12 @@ def ancestors(session: Session, commit: Commit) -> list[Commit]:
     The merge base of another branch is among them, so "nearest measured ancestor" also answers
     for branches. Commits CI never reported end the walk there.
     """
-    order = list(ancestor_ids(session, commit))
-    commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(order)))} if order else {}
-    return [commits[i] for i in order]
-
-
-def ancestor_ids(session: Session, commit: Commit) -> Iterator[int]:
-    """The ids of `ancestors`, in the same order, as the walk reaches them: a caller that stops at the
-    first one it wants (the baseline search) neither walks nor loads the rest of a long history."""
     rows = session.execute(
         select(Commit.id, Commit.sha, Commit.parents).where(Commit.project_id == commit.project_id)
     ).all()
     by_sha = {row.sha: row for row in rows}
     seen = {commit.sha}
+    order: list[int] = []
     queue = deque(commit.parents or [])
     while queue:
         sha = queue.popleft()
@@ -95,8 +87,10 @@ def ancestor_ids(session: Session, commit: Commit) -> Iterator[int]:
             continue
         seen.add(sha)
         row = by_sha[sha]
-        yield row.id
+        order.append(row.id)
         queue.extend(row.parents or [])
+    commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(order)))} if order else {}
+    return [commits[i] for i in order]
 
 
 def earlier_on_branch(session: Session, commit: Commit) -> list[Commit]:

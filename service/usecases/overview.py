@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.models.vocabulary import LEVEL_NAMES
-from service.usecases.baselines import find_baselines
+from service.usecases.baselines import find_baseline
 from service.usecases.runs import run_status
 
 
@@ -150,7 +150,7 @@ def project_cells(session: Session, project: Project, trend_points: int = 30) ->
         .where(Result.id.in_(latest_ids))
     ).all()
     cells = []
-    baselines = find_baselines(session, [result for result, _, _ in results])
+    baselines = [find_baseline(session, result) for result, _, _ in results]
     for (result, model_name, sha), baseline in zip(results, baselines, strict=True):
         before = baseline.median_ms if baseline else None
         points = trends[result.fingerprint]

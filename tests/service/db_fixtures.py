@@ -85,8 +85,9 @@ def client(migrated_database_url, service_settings) -> Iterator[TestClient]:
 
 @pytest.fixture
 def session(migrated_database_url) -> Iterator[Session]:
-    """A session on the test's database, for looking behind the API's back."""
-    engine = make_engine(migrated_database_url)
+    """A session on the test's database, for looking behind the API's back. Its SQLite transactions are
+    deferred, so a test holding one open never blocks the app's writes."""
+    engine = make_engine(migrated_database_url, sqlite_immediate=False)
     try:
         with make_session_factory(engine)() as db_session:
             yield db_session

@@ -31,14 +31,16 @@ def _command(*args: str) -> list[str]:
 
 
 @contextmanager
-def _serving(tmp_path, **env_overrides):
-    """`fusionwatch db upgrade` then `fusionwatch serve` on a fresh SQLite database; yields (base URL, server)."""
-    database = tmp_path / "nested" / "fusionwatch.db"  # a folder that does not exist yet
-    env = os.environ | {"FUSIONWATCH_DATABASE_URL": f"sqlite:///{database}", "FUSIONWATCH_LOG_LEVEL": "WARNING"}
+def _serving(tmp_path, database_url: str | None = None, **env_overrides):
+    """`fusionwatch db upgrade` then `fusionwatch serve` on a fresh database (default: SQLite in a folder
+    that does not exist yet); yields (base URL, server)."""
+    database = tmp_path / "nested" / "fusionwatch.db"
+    url = database_url or f"sqlite:///{database}"
+    env = os.environ | {"FUSIONWATCH_DATABASE_URL": url, "FUSIONWATCH_LOG_LEVEL": "WARNING"}
     env |= env_overrides
     upgrade = subprocess.run(_command("db", "upgrade"), env=env, capture_output=True, text=True, timeout=120)
     assert upgrade.returncode == 0, upgrade.stderr
-    assert database.is_file()
+    assert database_url or database.is_file()
     assert "is at migration" in upgrade.stderr
 
     port = _free_port()

@@ -1,0 +1,295 @@
+"""The CLI's side of the HTTP API: `fusionwatch submit` (a model repository's CI step) and the posting half
+of `fusionwatch run --server` (an engine's CI step), plus the tables both print.
+
+`Server` wraps an `httpx.Client` whose base URL is the server's origin, so the same code drives a real
+server over HTTP and, in tests, the app in-process (FastAPI's TestClient is an httpx.Client). Every
+failure to talk to the server — unreachable, timed out, an HTTP error — becomes one `ServerError` whose
+message names the request and, for a 4xx/5xx, the server's `detail`; the commands print it and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+API = "/api/v1"
+# Alerts that fail an engine's CI step (`run --fail-on-regression`); a run's verdict is the server's.
+FAILING_KINDS = ("fusion-regression", "timing-regression")
+EXIT_REGRESSION, EXIT_ERROR = 1, 2
+
+err = Console(stderr=True, soft_wrap=True)
+
+
+class ServerError(Exception):
+    """The server could not be reached or refused a request; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class CommitRef:
+    sha: str
+    branch: str = "main"
+    parents: list[str] = field(default_factory=list)
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sha": self.sha, "branch": self.branch, "parents": list(self.parents), "message": self.message}
+
+
+def origin(server: str) -> str:
+    """`http://host:8000`, `http://host:8000/` and `http://host:8000/api/v1` all name one server."""
+    url = server.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ServerError(f"--server {server!r}: expected an http:// or https:// URL")
+    return url.removesuffix(API)
+
+
+class Server:
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+
+    @classmethod
+    def at(cls, server: str, timeout_s: float = 120.0) -> Server:
+        # Uploads of large exports and a busy server's first answer can take a while; polls are short.
+        return cls(httpx.Client(base_url=origin(server), timeout=timeout_s))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        where = f"{self.http.base_url}{path}"
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise ServerError(f"cannot reach {where}: {error or type(error).__name__}") from error
+        if response.status_code >= 400:
+            raise ServerError(f"{method} {where}: HTTP {response.status_code}: {_detail(response)}")
+        try:
+            return response.json()
+        except json.JSONDecodeError as error:
+            raise ServerError(f"{method} {where}: the answer is not JSON ({response.text[:200]!r})") from error
+
+    def submit(self, project: str, commit: CommitRef, models: list[Path]) -> dict[str, Any]:
+        """POST /webhooks/ci with the commit and its model exports; the server answers with the run."""
+        payload = json.dumps({"project": project, **commit.to_json()})
+        handles = []
+        try:
+            for path in models:
+                handles.append(("files", (path.name, path.open("rb"), "application/octet-stream")))
+            return self.request("POST", f"{API}/webhooks/ci", data={"payload": payload}, files=handles)
+        finally:
+            for _, (_, handle, _) in handles:
+                handle.close()
+
+    def run(self, run_url: str) -> dict[str, Any]:
+        return self.request("GET", run_url)
+
+    def wait(self, run_url: str, timeout_s: float, on_poll: Callable[[dict], None] = lambda run: None,
+             poll_s: float = 1.0) -> dict[str, Any]:
+        """The run once no job is queued or running; ServerError after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run = self.run(run_url)
+            on_poll(run)
+            if run["state"] != "running":
+                return run
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"run {run['id']} still running after {timeout_s:g} s "
+                    f"({run['jobs_done']} of {run['jobs_total']} jobs done); see {self.http.base_url}{run_url}"
+                )
+            time.sleep(poll_s)
+
+    def diff(self, project: str, sha: str) -> dict[str, Any]:
+        return self.request("GET", f"{API}/commits/{sha}/diff", params={"project": project})
+
+    def post_results(self, document: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", f"{API}/results", json=finite(document))
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except json.JSONDecodeError:
+        return response.text[:300] or response.reason_phrase
+    if isinstance(body, dict) and "detail" in body:
+        detail = body["detail"]
+        return detail if isinstance(detail, str) else json.dumps(detail)[:300]
+    return json.dumps(body)[:300]
+
+
+def finite(value: Any) -> Any:
+    """JSON has no Infinity or NaN (a numeric check whose shapes differ reports an infinite error)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
+
+
+# --- what the commands print -------------------------------------------------------------------
+
+
+def print_diff(console: Console, diff: dict[str, Any]) -> None:
+    """Each model × engine × level of a commit: fused ops and median Execute ms against the baseline."""
+    console.print(f"commit {diff['commit'][:12]} on {diff['branch']}, against each result's baseline:", markup=False)
+    table = Table("model", "engine", "level", "baseline", "fused ops (before → after)", "Execute ms", "change")
+    for entry in diff["models"]:
+        timing, baseline = entry["median_ms"], entry["baseline_commit"]
+        if baseline is None:  # the first measurement of its series: nothing to compare with
+            fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {c['after']}" for op, c in entry["fusions"].items()))
+            timings = _ms(timing["after"])
+        else:
+            fused = "\n".join(_count_change(op, c["before"], c["after"]) for op, c in entry["fusions"].items())
+            timings = f"{_ms(timing['before'])} → {_ms(timing['after'])}"
+        table.add_row(escape(entry["model"]), entry["engine"], entry["level"], escape((baseline or "none")[:12]), fused or "-",
+                      timings, _pct(timing["change_pct"]))
+    console.print(table)
+
+
+def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:
+    alerts = list(alerts)
+    if not alerts:
+        console.print("no alerts")
+        return
+    for alert in alerts:
+        colour = "yellow" if alert["kind"] in ("fusion-change",) else "red"
+        # One line per alert, however long: a CI log is grepped for them.
+        console.print(f"[{colour}]{alert['kind']}[/{colour}] {escape(alert['message'])}", highlight=False, soft_wrap=True)
+
+
+def print_measurements(console: Console, rows: Iterable[tuple[str, Any]], title: str = "Medians, ms") -> None:
+    """Measurements (service.usecases.results.Measurement) as one table, one row per model × engine × level."""
+    rows = list(rows)
+    several = len({model for model, _ in rows}) > 1  # the model column only when it tells rows apart
+    table = Table(title=title)
+    for heading in ("model", "engine", "level", "fused ops")[0 if several else 1:]:
+        table.add_column(heading, no_wrap=True)
+    for heading in ("Execute", "model_run", "max abs err"):
+        table.add_column(heading, justify="right")
+    for model, m in rows:
+        fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in m.fusions.items()) or "-")
+        check = "-" if m.numeric_ok is None else f"{m.max_abs_error:.2g}" + ("" if m.numeric_ok else " [red]✗[/red]")
+        cells = [m.engine, m.level, fused, _ms(median(m.execute_ms)), _ms(median(m.model_run_ms)), check]
+        table.add_row(*([escape(model), *cells] if several else cells))
+    console.print(table)
+
+
+def _count_change(op: str, before: int, after: int) -> str:
+    name = escape(op.rsplit(".", 1)[-1])
+    if after < before:
+        return f"[red]{name} {before} → {after}[/red]"
+    if after > before:
+        return f"[green]{name} {before} → {after}[/green]"
+    return f"{name} {after}"
+
+
+def median(samples: list[float]) -> float | None:
+    return statistics.median(samples) if samples else None
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f}%"
+
+
+def progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    )
+
+
+# --- fusionwatch submit ----------------------------------------------------------------------------
+
+
+def submit_command(
+    models: Annotated[list[Path], typer.Argument(help="the commit's ONNX exports (.onnx, or .zip with external data)")],
+    server: Annotated[str, typer.Option("--server", help="the service, e.g. http://127.0.0.1:8000")],
+    project: Annotated[str, typer.Option("--project", help="project name")],
+    commit: Annotated[str, typer.Option("--commit", help="commit sha")],
+    branch: Annotated[str, typer.Option("--branch", help="branch the commit is on")] = "main",
+    parent: Annotated[list[str], typer.Option("--parent", help="parent commit sha (repeatable)")] = [],  # noqa: B006
+    message: Annotated[str, typer.Option("--message", help="commit message")] = "",
+    wait: Annotated[bool, typer.Option("--wait", help="wait for the run, then print the diff and alerts")] = False,
+    fail_on_regression: Annotated[
+        bool, typer.Option("--fail-on-regression", help="exit 1 when the run's verdict is regression (implies --wait)")
+    ] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for the run")] = 3600.0,
+) -> None:
+    """Send a commit's model exports to the service: a CI step.
+
+    With --wait, print each model's fused counts and timings against its baseline, and the alerts.
+    Exit 2 on errors (unreachable server, a request refused, a job that failed); with
+    --fail-on-regression, 1 on a regression (which wins over a failed job: it is the finding)."""
+    out = Console()
+    missing = [str(path) for path in models if not path.is_file()]
+    if missing:
+        fail(f"no such model file: {', '.join(missing)}")
+    try:
+        client = Server.at(server)
+    except ServerError as error:
+        fail(str(error))
+    try:
+        answer = client.submit(project, CommitRef(commit, branch, parent, message), models)
+        out.print(
+            f"run {answer['run_id']}: {answer['jobs']} job(s) for {', '.join(answer['models'])} at commit "
+            f"{commit[:12]} — {client.http.base_url}{answer['run_url']}",
+            highlight=False, markup=False,
+        )
+        if not (wait or fail_on_regression):
+            return
+        run = _wait_with_progress(client, answer["run_url"], timeout)
+        print_diff(out, client.diff(project, commit))
+        print_alerts(out, run["alerts"])
+    except ServerError as error:
+        fail(str(error))
+    finally:
+        client.close()
+    out.print(f"verdict: [bold]{run['verdict']}[/bold] ({run['jobs_done']} of {run['jobs_total']} jobs done)")
+    for job in run["jobs"]:
+        if job["state"] == "failed":
+            err.print(f"[red]error:[/red] job {job['id']} ({escape(job['model'])}, {job['engine']}, {job['level']}) "
+                      f"failed: {escape(str(job['error']))}", highlight=False)
+    if fail_on_regression and run["verdict"] == "regression":
+        raise typer.Exit(EXIT_REGRESSION)
+    if run["jobs_failed"]:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _wait_with_progress(client: Server, run_url: str, timeout_s: float) -> dict[str, Any]:
+    """A progress bar on a terminal; in a CI log, which has none, a line each time a job finishes."""
+    finished = [0]
+    with progress(err) as bar:
+        task = bar.add_task("measuring", total=None)
+
+        def update(run: dict) -> None:
+            done = run["jobs_done"] + run["jobs_failed"]
+            bar.update(task, total=run["jobs_total"], completed=done)
+            if not err.is_terminal and done != finished[0]:
+                finished[0] = done
+                err.print(f"measuring: {done} of {run['jobs_total']} jobs finished", highlight=False)
+
+        return client.wait(run_url, timeout_s, update)
+
+
+def fail(message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    raise typer.Exit(EXIT_ERROR)

@@ -1,0 +1,266 @@
+"""The CLI's local measurements: `fusionwatch run` (each engine at each level; with --server, posted to
+/results as one commit's document) and `fusionwatch analyze` (everything, no server).
+
+Both measure in this Python environment, with whatever onnxruntime it holds: that is how an engine's
+own commits are tracked (install onnxruntime 1.19, 1.20, 1.21 in turn, post each as a commit).
+`run --server` and `analyze` go through `service.measure.measure`, the worker's own measurement, so a
+posted result carries what a queued job's would: fused counts, every sample, near misses, the numeric
+check against level `disabled`. `run` without --server keeps its original, lighter output (one
+engine run per pair, no numeric check).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from optimizer import LEVEL_NAMES, ModelLoadError
+from service.cli_client import (
+    FAILING_KINDS,
+    CommitRef,
+    Server,
+    ServerError,
+    err,
+    fail,
+    median,
+    print_alerts,
+    print_measurements,
+    progress,
+)
+
+ALL_LEVELS = "all-levels"
+
+EngineOption = Annotated[str, typer.Option("--engine", "-e", help="fusionwatch, onnxruntime or all")]
+LevelOption = Annotated[str, typer.Option("--level", "-l", help=f"one of {', '.join(LEVEL_NAMES)}, or {ALL_LEVELS}")]
+DisableOption = Annotated[
+    list[str], typer.Option("--disable", help="optimizer rule to switch off in both engines, by ONNX Runtime's name (repeatable)")
+]
+RunsOption = Annotated[int, typer.Option("--runs", help="timed runs, after the warm-up")]
+WarmupOption = Annotated[int, typer.Option("--warmup", help="runs left out of the timings")]
+ThreadsOption = Annotated[int, typer.Option("--threads", help="intra-op threads; 0: the engine's default")]
+SequenceOption = Annotated[int, typer.Option("--sequence-length", help="size of symbolic non-batch input dimensions")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+
+
+def run_command(
+    models: Annotated[list[Path], typer.Argument(help="ONNX model file(s)")],
+    engine: EngineOption = "all",
+    level: LevelOption = "all",
+    disable: DisableOption = [],  # noqa: B006
+    runs: RunsOption = 10,
+    warmup: WarmupOption = 2,
+    threads: ThreadsOption = 0,
+    sequence_length: SequenceOption = 128,
+    as_json: JsonOption = False,
+    server: Annotated[str | None, typer.Option("--server", help="post the results to this service")] = None,
+    project: Annotated[str | None, typer.Option("--project", help="project name (with --server)")] = None,
+    commit: Annotated[str | None, typer.Option("--commit", help="commit sha the results are for (with --server)")] = None,
+    branch: Annotated[str, typer.Option("--branch", help="branch of the commit")] = "main",
+    parent: Annotated[list[str], typer.Option("--parent", help="parent commit sha (repeatable)")] = [],  # noqa: B006
+    message: Annotated[str, typer.Option("--message", help="commit message")] = "",
+    fail_on_regression: Annotated[
+        bool, typer.Option("--fail-on-regression", help="with --server: exit 1 on a fusion or timing regression")
+    ] = False,
+) -> None:
+    """Run each MODEL through each engine at each level: fused ops and SequentialExecutor timings.
+
+    With --server, post them to the service as commit --commit and print the alerts they raised."""
+    engines, levels = _engines(engine), _levels(level)
+    if server is None:
+        if project or commit or fail_on_regression:
+            fail("--project, --commit and --fail-on-regression need --server")
+        _print_local_runs(models, engines, levels, disable, runs, warmup, threads, sequence_length, as_json)
+        return
+    if not project or not commit:
+        fail("--server needs --project and --commit")
+    measured = measure_all(models, engines, levels, disable, runs, warmup, threads, sequence_length)
+    document = results_document(project, CommitRef(commit, branch, parent, message), measured)
+    try:
+        client = Server.at(server)
+        try:
+            reply = client.post_results(document)
+        finally:
+            client.close()
+    except ServerError as error:
+        fail(str(error))
+    if as_json:
+        _dump({**reply, "results": document["results"]})
+    else:
+        console = Console()
+        print_measurements(console, [(path.name, m) for path, m in measured])
+        console.print(f"posted commit {commit[:12]} as run {reply['run_id']}: {server.rstrip('/')}{reply['run_url']}",
+                      highlight=False, markup=False)
+        print_alerts(console, reply["alerts"])
+    if fail_on_regression and any(alert["kind"] in FAILING_KINDS for alert in reply["alerts"]):
+        raise typer.Exit(1)
+
+
+def results_document(project: str, commit: CommitRef, measured: list[tuple[Path, Any]]) -> dict[str, Any]:
+    """The POST /results document for measurements made here: one result per model × engine × level,
+    the model named by its file name (the series a model repository's uploads of that file also feed)."""
+    from service.core.config import settings
+    from service.machine import describe_machine
+
+    return {
+        "project": project,
+        "commit": commit.to_json(),
+        "machine": describe_machine(settings.machine_class),
+        "results": [{"model": path.name, **asdict(m)} for path, m in measured],
+    }
+
+
+def analyze_command(
+    model: Annotated[Path, typer.Argument(help="ONNX model file")],
+    engine: EngineOption = "all",
+    level: LevelOption = ALL_LEVELS,
+    disable: DisableOption = [],  # noqa: B006
+    runs: RunsOption = 10,
+    warmup: WarmupOption = 2,
+    threads: ThreadsOption = 0,
+    sequence_length: SequenceOption = 128,
+    as_json: JsonOption = False,
+) -> None:
+    """Everything about MODEL, locally, no server: levels × engines, fused ops, timings, near misses.
+
+    Each level × engine's fused ops, median timings and numeric check against level `disabled`, and the near misses of rules that nearly fired."""
+    measured = measure_all([model], _engines(engine), _levels(level), disable, runs, warmup, threads, sequence_length)
+    if as_json:
+        results = [{**asdict(m), "execute_median_ms": median(m.execute_ms), "model_run_median_ms": median(m.model_run_ms)}
+                   for _, m in measured]
+        _dump({"model": str(model), "results": results})
+        return
+    console = Console()
+    first = measured[0][1]
+    inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
+    versions = ", ".join(dict.fromkeys(f"{m.engine} {m.engine_version}" for _, m in measured))
+    console.print(f"{model}: {runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}", highlight=False, markup=False)
+    print_measurements(console, [(model.name, m) for _, m in measured])
+    # Our optimizer's near misses are the same for both engines at a level; list each once with its levels.
+    misses: dict[tuple[str, str, str], list[str]] = {}
+    for _, m in measured:
+        for miss in m.near_misses:
+            at = misses.setdefault((miss["rule"], miss["anchor"], miss["reason"]), [])
+            if m.level not in at:
+                at.append(m.level)
+    if not misses:
+        console.print("no near misses: every rule fired wherever its pattern started to match")
+        return
+    table = Table("rule", "anchor", "why it did not fire", "levels", title="Near misses")
+    for (rule, anchor, reason), at in misses.items():
+        table.add_row(escape(rule), escape(anchor), escape(reason), ", ".join(at))
+    console.print(table)
+
+
+def measure_all(models, engines, levels, disable, runs, warmup, threads, sequence_length) -> list[tuple[Path, Any]]:
+    """Every model × level × engine through service.measure, engines back to back within a level so a pair
+    compared in a table ran close in time; a Rich progress bar on stderr."""
+    from pydantic import ValidationError
+
+    from service.core.config import settings
+    from service.engines import EngineError
+    from service.engines.custom_ops import load_custom_ops
+    from service.measure import measure
+    from service.protocol import Protocol
+
+    try:
+        protocol = Protocol(engines=engines, levels=levels, runs=runs, warmup=warmup, threads=threads,
+                            sequence_length=sequence_length)
+        custom_ops = load_custom_ops(settings.custom_ops)
+    except ValidationError as error:
+        first = error.errors()[0]
+        fail(f"--{'-'.join(str(p) for p in first['loc']).replace('_', '-')}: {first['msg']}")
+    except ValueError as error:
+        fail(str(error))
+    pairs = [(path, lvl, eng) for path in models for lvl in levels for eng in engines]
+    measured = []
+    with progress(err) as bar:
+        task = bar.add_task("measuring", total=len(pairs))
+        for path, lvl, eng in pairs:
+            bar.update(task, description=f"{path.name} {eng} {lvl}")
+            try:
+                measured.append((path, measure(path, eng, lvl, protocol, disabled_rules=tuple(disable),
+                                               custom_ops=custom_ops)))
+            except (EngineError, ModelLoadError, ValueError) as error:
+                fail(f"{path}: {error}" if str(path) not in str(error) else str(error))
+            bar.advance(task)
+    return measured
+
+
+def _print_local_runs(models, engines, levels, disable, runs, warmup, threads, sequence_length, as_json) -> None:
+    from service.engines import EngineError, run_engine
+
+    options = {"runs": runs, "warmup": warmup, "threads": threads, "sequence_length": sequence_length,
+               "disabled": tuple(disable)}
+    per_model = []
+    for model in models:
+        results = []
+        for level_name in levels:
+            for engine_name in engines:
+                try:
+                    results.append(run_engine(engine_name, model, level_name, **options))
+                except (EngineError, ValueError) as error:
+                    fail(str(error))
+        per_model.append((model, results))
+    if as_json:
+        # One model: {"model", "results"}, the shape scripts already read; several: {"models": [that, ...]}.
+        entries = [{"model": str(model), "results": [r.to_dict() for r in results]} for model, results in per_model]
+        _dump(entries[0] if len(entries) == 1 else {"models": entries})
+        return
+    for model, results in per_model:
+        _print_engine_results(model, results, warmup)
+
+
+def _print_engine_results(model: Path, results: list, warmup: int) -> None:
+    console = Console()
+    first = results[0]
+    inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
+    versions = ", ".join(dict.fromkeys(f"{r.engine} {r.engine_version}" for r in results))
+    console.print(f"{model}: {first.runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}", markup=False)
+    table = Table(title="Medians, ms")
+    for heading in ("engine", "level", "fused ops"):
+        table.add_column(heading, no_wrap=True)
+    for heading in ("Execute", "model_run"):
+        table.add_column(heading, justify="right")
+    for result in results:
+        # One fused op per line, domain dropped: the table stays readable in 80 columns.
+        fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in result.fusions.items()))
+        if result.graph_error is not None:
+            fused = "(graph unavailable)"
+        table.add_row(
+            result.engine, result.level, fused or "-", f"{result.execute_ms.median:.3f}", f"{result.model_run_ms.median:.3f}"
+        )
+    console.print(table)
+    for result in results:
+        if result.graph_error is not None:
+            err.print(f"[yellow]note:[/yellow] {result.engine} at {result.level}: {escape(result.graph_error)}")
+
+
+def _engines(engine: str) -> list[str]:
+    from service.engines import ENGINES
+
+    if engine == "all":
+        return list(ENGINES)
+    if engine not in ENGINES:
+        fail(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}, or all")
+    return [engine]
+
+
+def _levels(level: str) -> list[str]:
+    if level == ALL_LEVELS:
+        return list(LEVEL_NAMES)
+    if level not in LEVEL_NAMES:
+        fail(f"unknown optimization level {level!r}; choose one of {', '.join(LEVEL_NAMES)}, or {ALL_LEVELS}")
+    return [level]
+
+
+def _dump(data: dict[str, Any]) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")

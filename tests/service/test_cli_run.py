@@ -1,0 +1,89 @@
+"""Done-when 2 of the service issue: an engine's commits, measured where the engine is installed and posted
+with `fusionwatch run --server`. The second commit, measured with `--disable BiasGeluFusion` (the seed's
+regression, reproduced in both engines), raises a fusion-regression naming BiasGelu; a third commit
+measured without it raises none."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from service.cli_client import CommitRef, Server, ServerError
+from service.cli_measure import measure_all, results_document
+from tests.service.test_make_run import _command, _serving
+
+BERT = Path("tests/models/bert_torchscript_opset14.onnx")
+SMALL = ["--engine", "all", "--level", "extended", "--runs", "2", "--warmup", "0", "--threads", "1",
+         "--sequence-length", "16"]
+CLI_ENV = os.environ | {"COLUMNS": "200"}
+
+
+def _run(base: str, sha: str, *extra: str) -> subprocess.CompletedProcess:
+    args = ["run", str(BERT), "--server", base, "--project", "onnxruntime", "--commit", sha, *SMALL, *extra]
+    return subprocess.run(_command(*args), env=CLI_ENV, capture_output=True, text=True, timeout=600)
+
+
+def _regressions(alerts: list[dict]) -> list[dict]:
+    return [a for a in alerts if a["kind"] == "fusion-regression"]
+
+
+def test_run_posts_an_engines_commits_and_the_disabled_rule_is_a_regression(tmp_path):
+    with _serving(tmp_path) as (base, _server):
+        httpx.post(f"{base}/projects", json={"name": "onnxruntime"}).raise_for_status()
+
+        first = _run(base, "e1" * 20)
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "posted commit e1e1e1e1e1e1 as run 1" in first.stdout and "no alerts" in first.stdout
+
+        second = _run(base, "e2" * 20, "--parent", "e1" * 20, "--disable", "BiasGeluFusion", "--fail-on-regression")
+        assert second.returncode == 1, second.stdout + second.stderr
+        lines = [line for line in second.stdout.splitlines() if line.startswith("fusion-regression")]
+        assert len(lines) == 2 and all("BiasGeluFusion stopped firing: com.microsoft.BiasGelu 2 → 0" in x for x in lines)
+        listed = httpx.get(f"{base}/alerts", params={"project": "onnxruntime", "kind": "fusion-regression"}).json()
+        assert sorted(a["engine"] for a in listed["items"]) == ["fusionwatch", "onnxruntime"]
+        assert {(a["op"], a["rule"], a["commit"], a["baseline_commit"]) for a in listed["items"]} == {
+            ("com.microsoft.BiasGelu", "BiasGeluFusion", "e2" * 20, "e1" * 20)
+        }
+
+        third = _run(base, "e3" * 20, "--parent", "e2" * 20, "--json")
+        assert third.returncode == 0, third.stderr
+        reply = json.loads(third.stdout)
+        assert _regressions(reply["alerts"]) == []
+        assert {r["engine"]: r["fusions"]["com.microsoft.BiasGelu"] for r in reply["results"]} == {
+            "fusionwatch": 2, "onnxruntime": 2
+        }
+        # BiasGelu came back: information, not a regression.
+        assert {a["engine"] for a in reply["alerts"] if a["kind"] == "fusion-change"} == {"fusionwatch", "onnxruntime"}
+
+
+def test_posted_measurements_raise_the_regression_on_each_database(client):
+    """The same three commits through the CLI's posting code, in-process, on SQLite and PostgreSQL."""
+    assert client.post("/api/v1/projects", json={"name": "onnxruntime"}).status_code == 201
+    options = (["fusionwatch", "onnxruntime"], ["extended"])
+    kept = measure_all([BERT], *options, [], runs=2, warmup=0, threads=1, sequence_length=16)
+    disabled = measure_all([BERT], *options, ["BiasGeluFusion"], runs=2, warmup=0, threads=1, sequence_length=16)
+    assert {m.engine: m.fusions.get("com.microsoft.BiasGelu", 0) for _, m in disabled} == {
+        "fusionwatch": 0, "onnxruntime": 0
+    }
+    server = Server(client)
+    shas = ["f1" * 20, "f2" * 20, "f3" * 20]
+    replies = [
+        server.post_results(results_document("onnxruntime", CommitRef(sha, "main", parents), measured))
+        for sha, parents, measured in ((shas[0], [], kept), (shas[1], [shas[0]], disabled), (shas[2], [shas[1]], kept))
+    ]
+    assert _regressions(replies[0]["alerts"]) == []
+    assert sorted((a["engine"], a["rule"], a["before"], a["after"]) for a in _regressions(replies[1]["alerts"])) == [
+        ("fusionwatch", "BiasGeluFusion", 2, 0), ("onnxruntime", "BiasGeluFusion", 2, 0)
+    ]
+    assert _regressions(replies[2]["alerts"]) == []
+
+    try:
+        server.post_results(results_document("nope", CommitRef("f4"), kept))
+    except ServerError as error:
+        assert "HTTP 404: no project named 'nope'" in str(error)
+    else:
+        raise AssertionError("posting to an unknown project succeeded")

@@ -1,0 +1,79 @@
+"""Done-when 1, the CLI's half: a model repository's CI runs `fusionwatch submit --wait --fail-on-regression`
+for commits A and B of a BERT export against a real `fusionwatch serve`; B's export has a custom op between
+the MLP's bias Add and its GELU. The step passes (exit 0) for A and fails (exit 1) for B, printing the
+before → after counts and the alert that names the custom op. Errors exit 2 with the server's reason."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import httpx
+import onnx
+
+from tests.service.custom_op_plugin import insert_before_gelu
+from tests.service.test_make_run import _command, _free_port, _serving
+
+BERT = "tests/models/bert_torchscript_opset14.onnx"
+PLUGIN = "tests.service.custom_op_plugin"
+SETTINGS = {"runs": 2, "warmup": 0, "levels": ["disabled", "extended"], "threads": 1, "sequence_length": 16}
+# Rich tables wrap at the terminal's width; a CI log has none, so give one wide enough for a row.
+CLI_ENV = os.environ | {"COLUMNS": "200"}
+
+
+def _submit(base: str, sha: str, model, *extra: str) -> subprocess.CompletedProcess:
+    args = ["submit", "--server", base, "--project", "bert-exports", "--commit", sha, *extra, str(model)]
+    return subprocess.run(_command(*args), env=CLI_ENV, capture_output=True, text=True, timeout=600)
+
+
+def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, database_url):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    export_a, export_b = tmp_path / "a" / "bert.onnx", tmp_path / "b" / "bert.onnx"
+    onnx.save(onnx.load(BERT), export_a)
+    onnx.save(insert_before_gelu(onnx.load(BERT)), export_b)
+    sha_a, sha_b = "a1" * 20, "b2" * 20
+    with _serving(tmp_path, database_url, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
+        created = httpx.post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
+        assert created.status_code == 201, created.text
+
+        a = _submit(base, sha_a, export_a, "--wait", "--fail-on-regression", "--message", "export A")
+        assert a.returncode == 0, a.stdout + a.stderr
+        assert "4 job(s) for bert.onnx" in a.stdout
+        assert "verdict: ok (4 of 4 jobs done)" in a.stdout
+        assert "BiasGelu 2" in a.stdout and "no alerts" in a.stdout
+        assert "measuring: 4 of 4 jobs finished" in a.stderr  # no terminal: progress as log lines
+
+        b = _submit(base, sha_b, export_b, "--wait", "--fail-on-regression", "--parent", sha_a)
+        assert b.returncode == 1, b.stdout + b.stderr
+        assert "verdict: regression" in b.stdout
+        # The diff against A, for both engines at extended, and the two alerts naming the custom op.
+        table_rows = [line for line in b.stdout.splitlines() if line.startswith("│")]
+        assert sum("BiasGelu 2 → 0" in row for row in table_rows) == 2
+        alert_lines = [line for line in b.stdout.splitlines() if line.startswith("fusion-regression")]
+        assert len(alert_lines) == 2, b.stdout
+        assert all("ai.onnx.contrib.Passthrough" in line for line in alert_lines)
+
+        # Without --wait the step only sends the commit; a regression does not fail it without the flag.
+        again = _submit(base, "c3" * 20, export_b, "--parent", sha_b)
+        assert again.returncode == 0, again.stderr
+        assert "verdict" not in again.stdout
+
+        unknown = subprocess.run(
+            _command("submit", "--server", base, "--project", "nope", "--commit", "d4", str(export_a)),
+            env=CLI_ENV, capture_output=True, text=True, timeout=120,
+        )
+        assert unknown.returncode == 2
+        assert "HTTP 404: no project named 'nope'" in unknown.stderr
+
+
+def test_submit_to_an_unreachable_server_exits_2_naming_it(tmp_path):
+    model = tmp_path / "m.onnx"
+    onnx.save(onnx.load(BERT), model)
+    server = f"http://127.0.0.1:{_free_port()}"
+    result = subprocess.run(
+        _command("submit", "--server", server, "--project", "p", "--commit", "a1", "--wait", str(model)),
+        env=CLI_ENV, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert f"cannot reach {server}/api/v1/webhooks/ci" in result.stderr
