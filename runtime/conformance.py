@@ -437,11 +437,12 @@ def format_report(report: Report) -> str:
         f"failed {report.claimed - report.passed}; pass rate {report.pass_rate:.1%} "
         f"({verdict} the {TARGET_PASS_RATE:.0%} target)"
     )
-    whole = "meets" if report.passed >= TARGET_PASSED_OF_ALL else "BELOW"
-    lines.append(
-        f"passed {report.passed} of all {len(report.results)} cases onnx {onnx.__version__} ships "
-        f"({whole} the goal of {TARGET_PASSED_OF_ALL})"
-    )
+    if len(report.results) == len(collect_cases()):  # the goal counts every case, not one op's
+        whole = "meets" if report.passed >= TARGET_PASSED_OF_ALL else "BELOW"
+        lines.append(
+            f"passed {report.passed} of all {len(report.results)} cases onnx {onnx.__version__} ships "
+            f"({whole} the goal of {TARGET_PASSED_OF_ALL})"
+        )
     unclaimed = report.unclaimed_ops
     lines.append("")
     lines.append(f"ops with no claimed case ({len(unclaimed)}):")

@@ -28,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
+from runtime.kernels import gemm
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 
@@ -183,7 +184,11 @@ def _split_heads(x, heads):
 
 
 def _matmul(xp, a, b, dtype):
-    # numpy promotes bfloat16 products to float32; the spec keeps T1.
+    """a @ b in T1. float32 goes through gemm.product, the BLAS the session's other products use
+    (MKL where installed), so no second library's workers spin beside them; numpy promotes
+    bfloat16 products to float32, so the result is cast back."""
+    if dtype == np.float32:
+        return gemm.product(xp, a, b)
     return xp.matmul(a, b).astype(dtype, copy=False)
 
 

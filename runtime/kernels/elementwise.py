@@ -626,6 +626,26 @@ class CastLike(Cast):
         return (self.xp.asarray(cast_array(self.xp, x, like.dtype, self.saturate, self.round_mode)),)
 
 
+class BitCast(Kernel):
+    """The same bytes read as another type of the same width (opset 26): a view, no copy.
+    numpy's dtypes are little-endian on every platform we run on, as the spec asks."""
+
+    op_type = "BitCast"
+    since_version = 26
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.dtype = _onnx_dtype(self.attr("to"), node)
+
+    def run(self, x):
+        if x.dtype.itemsize != self.dtype.itemsize or x.dtype.kind in "OUS":
+            raise ValueError(
+                f"BitCast '{self.node.name}': {x.dtype} and {self.dtype} differ in width, or are strings"
+            )
+        contiguous = x if x.flags.c_contiguous else x.copy()  # ascontiguousarray would make a 0-d x 1-d
+        return (contiguous.view(self.dtype),)
+
+
 KERNELS = [
     Add,
     Sub,
@@ -680,4 +700,5 @@ KERNELS = [
     Clip_11,
     Cast,
     CastLike,
+    BitCast,
 ]

@@ -309,9 +309,11 @@ def applies(packed: PackedWeight | onednn_matmul.MatMulWeight | None, a, b) -> b
     packed (same shape; graph inputs are never packed), A is float32 of rank >= 2 and has
     the same K. Even a single row runs packed: OpenBLAS is faster on its own there (0.25 against
     0.34 ms at (1, 768, 3072)), but one OpenBLAS call leaves its workers spinning beside MKL's
-    (see `matmul`)."""
+    (see `matmul`). A oneDNN weight stands aside in a process forked after oneDNN ran, where
+    GNU OpenMP's threads are gone (onednn._after_fork_in_child): numpy multiplies there."""
     return (
         packed is not None
+        and (not isinstance(packed, onednn_matmul.MatMulWeight) or onednn.available())
         and b.shape == packed.source_shape
         and a.dtype == np.float32
         and a.ndim >= 2

@@ -120,9 +120,22 @@ class MatMulInteger(Kernel):
         return (self.xp.matmul(a32, b32),)
 
 
+class Det(Kernel):
+    """Determinants of the (..., M, M) matrices; float16 ones computed in float32 (numpy has no
+    half-precision LU)."""
+
+    op_type = "Det"
+    since_version = 11
+
+    def run(self, x):
+        work = x.astype(np.float32) if x.dtype == np.float16 else x
+        return (self.xp.asarray(self.xp.linalg.det(work)).astype(x.dtype, copy=False),)
+
+
 KERNELS = [
     MatMul,
     Gemm,
     Einsum,
     MatMulInteger,
+    Det,
 ]

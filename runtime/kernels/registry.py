@@ -26,6 +26,7 @@ from runtime.kernels import (
     grid_sample,
     indexing,
     linalg,
+    loss,
     normalization,
     pool,
     quantization,
@@ -34,6 +35,7 @@ from runtime.kernels import (
     resize,
     rotary_embedding,
     tensor,
+    window,
 )
 from runtime.kernels.base import Kernel
 
@@ -54,6 +56,8 @@ FAMILIES: list = [
     recurrent,
     detection,
     grid_sample,
+    window,
+    loss,
     normalization,
     attention,
     rotary_embedding,

@@ -551,6 +551,35 @@ class ReverseSequence(Kernel):
         return (xp.take_along_axis(x, xp.broadcast_to(index, x.shape), axis=self.time_axis),)
 
 
+class CenterCropPad(Kernel):
+    """Each of `axes` (all by default) cropped or zero-padded to `shape`, about its centre (opset
+    18); an odd difference leaves the extra element at the end, as the spec's function does."""
+
+    op_type = "CenterCropPad"
+    since_version = 18
+
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self.axes = self.attr("axes")
+
+    def run(self, x, shape):
+        axes = range(x.ndim) if self.axes is None else [a % x.ndim for a in self.axes]
+        out_shape = list(x.shape)
+        source = [slice(None)] * x.ndim
+        target = [slice(None)] * x.ndim
+        for axis, size in zip(axes, shape.tolist(), strict=True):
+            have = x.shape[axis]
+            start = abs(have - size) // 2
+            if size < have:
+                source[axis] = slice(start, start + size)
+            elif size > have:
+                target[axis] = slice(start, start + have)
+            out_shape[axis] = size
+        out = self.xp.zeros(out_shape, dtype=x.dtype)
+        out[tuple(target)] = x[tuple(source)]
+        return (out,)
+
+
 KERNELS = [
     Reshape_1,
     Reshape,
@@ -580,4 +609,5 @@ KERNELS = [
     Identity,
     Dropout,
     ReverseSequence,
+    CenterCropPad,
 ]

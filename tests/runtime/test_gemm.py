@@ -348,3 +348,14 @@ def test_onednn_weight_keeps_one_primitive_per_row_count():
     assert weight.nbytes >= 2 * b.nbytes
     with pytest.raises(ValueError, match="K = 40"):
         weight.matmul(normal(3, 9))
+
+
+@needs_onednn
+def test_onednn_weight_stands_aside_where_onednn_is_gone(monkeypatch):
+    # As in a process forked after oneDNN ran: the kernel multiplies with numpy instead.
+    w = normal(48, 33)
+    ours = _session(matmul_model([4, 48], w), "onednn")
+    a = normal(4, 48)
+    monkeypatch.setattr(onednn, "available", lambda: False)
+    assert not gemm.applies(_kernel(ours).packed, a, w)
+    np.testing.assert_allclose(ours.run(None, {"a": a})[0], a @ w, rtol=RTOL, atol=ATOL)

@@ -187,3 +187,29 @@ def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
         while not _worker_pids(server):  # a fresh worker takes the killed one's place
             assert time.monotonic() < deadline, "no worker process after the timeout"
             time.sleep(0.1)
+
+
+def test_sigterm_lets_the_running_job_finish_before_the_service_exits(tmp_path):
+    with _serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
+        settings = {"runs": 300, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
+        httpx.post(f"{base}/projects", json={"name": "drain", "settings": settings}).raise_for_status()
+        with open(RESNET, "rb") as model:
+            upload = httpx.post(f"{base}/projects/drain/models", files={"file": ("resnet.onnx", model.read())},
+                                data={"commit": "d1"}, timeout=30)
+        run_url = upload.json()["run_url"]
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{base.removesuffix('/api/v1')}{run_url}").json()["jobs"][0]["state"] != "running":
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.1)
+        database = tmp_path / "nested" / "fusionwatch.db"
+        server.send_signal(signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught, as a process killed by it would.
+        assert server.wait(timeout=60) in (0, -signal.SIGTERM)
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{database}")
+    with engine.connect() as connection:
+        jobs = connection.execute(text("SELECT state, attempts FROM job")).all()
+        results = connection.execute(text("SELECT count(*) FROM result")).scalar()
+    engine.dispose()
+    assert [tuple(j) for j in jobs] == [("done", 1)] and results == 1
