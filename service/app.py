@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from service import migrate
+from service import migrate, web
 from service.api.deps import Services
 from service.api.routes import alerts, bisect, health, metrics, projects, results, runs, webhooks
 from service.core.config import Settings, settings
@@ -94,6 +94,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
                    bisect.router, metrics.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(metrics.router)  # Prometheus scrapes /metrics by default
+    app.include_router(web.router)  # the dashboard's pages, at /
     return app
 
 

@@ -1,0 +1,10 @@
+"""The dashboard: server-rendered pages at `/`, beside the JSON API at /api/v1.
+
+Pages read through the same use cases as the API (service/usecases/); tables and forms work without
+JavaScript, which only draws the Plotly charts, shows times in the viewer's time zone and follows a
+running run's progress. Plotly's JavaScript is served from the installed package: no CDN.
+"""
+
+from service.web.routes import router
+
+__all__ = ["router"]

@@ -1,0 +1,64 @@
+"""The Jinja2 environment the pages render with, and the filters their tables need."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+from fastapi.templating import Jinja2Templates
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+
+templates = Jinja2Templates(directory=TEMPLATES)
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1f}%"
+
+
+def iso(value: datetime | None) -> str:
+    return value.isoformat() if value else ""
+
+
+def utc(value: datetime | None) -> str:
+    """What a reader without JavaScript sees; the page's script replaces it with local time."""
+    return value.strftime("%Y-%m-%d %H:%M UTC") if value else "–"
+
+
+def sparkline(values: list[float], width: int = 120, height: int = 24) -> str:
+    """The `points` of an SVG polyline drawing `values` left to right, scaled to the box."""
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    step = width / max(1, len(values) - 1)
+    return " ".join(f"{i * step:.1f},{height - 2 - (v - low) / span * (height - 4):.1f}" for i, v in enumerate(values))
+
+
+def short_op(op: str) -> str:
+    """"com.microsoft.BiasGelu" → "BiasGelu": tables are read by people who know the domain."""
+    return op.removeprefix("com.microsoft.")
+
+
+def query(params: dict) -> str:
+    """A query string of the non-empty parameters, for shareable links that keep the page's filters."""
+    return urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+
+templates.env.filters.update(ms=ms, pct=pct, iso=iso, utc=utc, sparkline=sparkline, short_op=short_op,
+                             query=query, combine_page=lambda params, page: dict(params, page=page), path=lambda s: quote(str(s), safe=""))
+
+
+def script_json(value: object) -> str:
+    """JSON to embed in a <script type="application/json"> block: '<', '>' and '&' escaped, so a commit
+    message holding "</script>" stays data."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

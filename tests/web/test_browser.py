@@ -1,0 +1,150 @@
+"""The dashboard in a real browser (Debian's Chromium through Playwright) against `fusionwatch serve`
+with seed's history: pages load without console errors, charts draw their traces, a chart point and an
+alert lead to their commit, acknowledging changes an alert's state, and the upload forms create a
+project and a model whose run's progress the commit page follows."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from tests.web import seed
+from tests.web.conftest import screenshot
+
+pytestmark = pytest.mark.slow
+
+MODEL = f"/projects/{seed.PROJECT}/models/bert.onnx"
+RESNET = "tests/models/resnet_tiny_opset17.onnx"
+
+
+def _rendered_traces(page, chart: str) -> int:
+    """Traces Plotly drew into the chart's SVG (not only the data it was given)."""
+    page.wait_for_selector(f"#{chart}[data-rendered]")
+    return page.locator(f"#{chart} .scatterlayer .trace").count()
+
+
+def test_every_page_loads_without_console_errors_in_local_time(page):
+    for name, path in [
+        ("overview", "/"),
+        ("project", f"/projects/{seed.PROJECT}"),
+        ("model", MODEL),
+        ("commit", f"/projects/{seed.PROJECT}/commits/{seed.sha(seed.FUSION_DROP)}"),
+        ("alerts", "/alerts?state=open"),
+        ("upload", "/upload"),
+    ]:
+        reply = page.goto(path)
+        assert reply.status == 200, path
+        page.wait_for_load_state("networkidle")
+        screenshot(page, name)
+        stamps = page.locator("time[datetime]")
+        if stamps.count():
+            # Rendered as UTC by the server, shown in the viewer's zone (New York) by the script.
+            first = stamps.first
+            assert "UTC" not in first.inner_text(), path
+            assert first.get_attribute("title").endswith("Z"), path
+    # The fusion drop's commit is stamped 2026-11-05T12:00Z: 7:00 in New York (EST, UTC-5).
+    page.goto(f"/projects/{seed.PROJECT}/commits/{seed.sha(seed.FUSION_DROP)}")
+    assert page.locator(".commit-meta time").inner_text() == "Nov 5, 2026, 7:00 AM"
+
+
+def test_model_history_charts_draw_bands_medians_alerts_and_fused_ops(page):
+    page.goto(MODEL)
+    page.wait_for_selector("#fusion-chart[data-rendered]")
+    screenshot(page, "model-charts", full_page=False)  # the README's picture (docs/dashboard.png)
+    # Four series (two engines × two levels): p90, p10 band and median each, and one trace of alert markers.
+    assert _rendered_traces(page, "timing-chart") == 4 * 3 + 1
+    # By default the series whose fused ops changed: onnxruntime/extended, where BiasGelu dropped and came back.
+    assert _rendered_traces(page, "fusion-chart") == 4  # Attention, BiasGelu, FusedGemm, SkipLayerNormalization
+    bias_gelu = page.evaluate(
+        "() => document.getElementById('fusion-chart').data.find(t => t.name === 'BiasGelu').y"
+    )
+    assert bias_gelu[seed.FUSION_DROP - 1:seed.FUSION_DROP + 1] == [2, 0]
+    assert bias_gelu[seed.FUSION_BACK] == 2
+    page.locator(".series-choice a", has_text="fusionwatch/disabled").click()
+    page.wait_for_url(re.compile(r"engine=fusionwatch&level=disabled"))
+    assert _rendered_traces(page, "fusion-chart") == 0  # nothing fuses at level disabled
+    page.locator(".series-choice a", has_text="onnxruntime/extended").click()
+    page.wait_for_url(re.compile(r"engine=onnxruntime&level=extended"))
+    assert _rendered_traces(page, "fusion-chart") == 4
+    screenshot(page, "model-onnxruntime-extended")
+
+
+def test_hovering_a_point_names_its_commit_and_clicking_opens_it(page):
+    page.goto(MODEL)
+    page.wait_for_selector("#timing-chart[data-rendered]")
+    # Where Plotly drew the fusion-regression marker: the alerts trace is the last one.
+    x, y, sha = page.evaluate("""() => {
+        const el = document.getElementById('timing-chart');
+        const alerts = el.data[el.data.length - 1];
+        const i = alerts.customdata.findIndex(c => c[3].startsWith('fusion-regression'));
+        const xa = el._fullLayout.xaxis, ya = el._fullLayout.yaxis, box = el.getBoundingClientRect();
+        return [box.left + xa._offset + xa.l2p(alerts.x[i]), box.top + ya._offset + ya.l2p(alerts.y[i]),
+                alerts.customdata[i][1]];
+    }""")
+    page.mouse.move(x, y)
+    hover = page.locator("#timing-chart .hoverlayer .hovertext").first
+    hover.wait_for()
+    text = hover.text_content()
+    assert sha in text and "fusion-regression, timing-regression" in text and "BiasGeluFusion stopped firing" in text
+    page.mouse.click(x, y)
+    page.wait_for_url(f"**/commits/{seed.sha(seed.FUSION_DROP)}")
+
+
+def test_clicking_an_alert_opens_its_commit_with_the_reason(page):
+    page.goto("/alerts?kind=fusion-regression")
+    page.locator("tr.alert-row a.alert-link").first.click()
+    page.wait_for_url(f"**/projects/{seed.PROJECT}/commits/{seed.sha(seed.FUSION_DROP)}")
+    near_misses = page.locator(".near-misses").first.inner_text()
+    assert "Why BiasGeluFusion fired less" in near_misses
+    assert "custom op, a fusion barrier" in near_misses
+    screenshot(page, "commit-from-alert")
+
+
+def test_acknowledging_an_alert_changes_its_state(page, server):
+    page.goto(f"/alerts?project={seed.PROJECT}&kind=timing-regression&state=open")
+    rows = page.locator("tr.alert-row")
+    before = rows.count()
+    assert before >= 1
+    alert_id = rows.first.get_attribute("data-alert-id")
+    rows.first.locator("button.ack").click()
+    page.wait_for_load_state("networkidle")
+    assert page.locator("tr.alert-row").count() == before - 1  # the filter keeps open ones only
+    state = httpx.get(f"{server}/api/v1/alerts", params={"kind": "timing-regression", "state": "acknowledged"}).json()
+    assert int(alert_id) in [a["id"] for a in state["items"]]
+    page.goto("/alerts?kind=timing-regression&state=acknowledged")
+    assert page.locator(f"tr[data-alert-id='{alert_id}'] td.state").inner_text() == "acknowledged"
+
+
+def test_upload_forms_create_a_project_and_a_model_whose_run_progress_is_followed(page, server):
+    page.goto("/upload")
+    form = page.locator("#create-project")
+    form.locator("input[name=name]").fill("cnn-browser")
+    for box in form.locator("input[name=engines]").all():
+        box.set_checked(box.get_attribute("value") == "fusionwatch")
+    for box in form.locator("input[name=levels]").all():
+        box.set_checked(box.get_attribute("value") in ("disabled", "all"))
+    form.locator("input[name=runs]").fill("3")
+    form.locator("input[name=warmup]").fill("1")
+    form.locator("button[type=submit]").click()
+    page.wait_for_url("**/upload?project=cnn-browser")
+
+    upload = page.locator("#upload-model")
+    assert upload.locator("select[name=project]").input_value() == "cnn-browser"
+    upload.locator("input[name=file]").set_input_files(RESNET)
+    upload.locator("input[name=name]").fill("resnet.onnx")
+    upload.locator("input[name=commit]").fill("feedbee1")
+    upload.locator("input[name=message]").fill("first export")
+    screenshot(page, "upload-filled")
+    upload.locator("button[type=submit]").click()
+    page.wait_for_url("**/projects/cnn-browser/commits/feedbee1")
+    # The page follows the run (GET /api/v1/runs/{id}) and reloads when it ends, showing the results.
+    page.wait_for_selector("td.verdict .badge-ok", timeout=180_000)
+    assert page.locator(".progress-text").inner_text() == "2/2 done"
+    assert page.locator("article.diff").count() == 2
+    models = httpx.get(f"{server}/api/v1/projects/cnn-browser/models").json()
+    assert [m["name"] for m in models["items"]] == ["resnet.onnx"]
+    page.goto("/projects/cnn-browser")
+    assert page.locator("table.cells tbody tr").count() == 2
+    screenshot(page, "project-after-upload")

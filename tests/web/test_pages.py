@@ -1,0 +1,147 @@
+"""The dashboard's pages as HTML, without a browser or JavaScript (on each test database): what the
+tables say about seed's history, the forms, the error pages, and the chart data each page embeds."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.web import seed
+
+RESNET = Path("tests/models/resnet_tiny_opset17.onnx")
+
+
+@pytest.fixture
+def seeded(client):
+    seed.seed(client.post)
+    return client
+
+
+def _figure(html: str, figure_id: str) -> dict:
+    match = re.search(rf'<script type="application/json" id="{figure_id}">(.*?)</script>', html, re.S)
+    return json.loads(match.group(1))
+
+
+def test_overview_project_and_model_pages_tell_the_history(seeded):
+    overview = seeded.get("/").text
+    assert '<a href="/projects/bert-exports">bert-exports</a>' in overview
+    assert "badge-regression" in overview and "badge-ok" in overview
+    assert f'/projects/bert-exports/commits/{seed.sha(seed.COMMITS - 1)}' in overview
+    # Times are rendered in UTC for readers without JavaScript, with the ISO instant for the script.
+    assert re.search(r'<time datetime="2026-11-\d\dT\d\d:\d\d:\d\d\+00:00">2026-11-\d\d \d\d:\d\d UTC</time>', overview)
+
+    project = seeded.get("/projects/bert-exports").text
+    rows = re.findall(r"<tr>\s*<td><a href=\"/projects/bert-exports/models/([^\"]+)\">", project)
+    assert rows == ["bert.onnx"] * 4 + ["gpt2.onnx"]
+    assert project.count('class="spark "') == 5 and project.count('class="spark fused"') == 5
+    assert "BiasGelu 2" in project
+
+    html = seeded.get("/projects/bert-exports/models/bert.onnx").text
+    timing = _figure(html, "timing-figure")
+    assert len(timing["data"]) == 4 * 3 + 1
+    names = [t["name"] for t in timing["data"]]
+    assert names[:3] == ["fusionwatch/disabled p90", "fusionwatch/disabled p10", "fusionwatch/disabled median"]
+    assert names[-1] == "alerts"
+    medians = next(t for t in timing["data"] if t["name"] == "fusionwatch/extended median")
+    assert len(medians["x"]) == seed.COMMITS
+    before, after = medians["y"][seed.TIMING_STEP - 1], medians["y"][seed.TIMING_STEP]
+    assert after / before == pytest.approx(1.4, rel=0.08)
+    assert medians["customdata"][0][:2] == [f"/projects/bert-exports/commits/{seed.sha(0)}", seed.sha(0)[:12]]
+    fused = _figure(html, "fusion-figure")  # by default the series whose counts changed: onnxruntime/extended
+    assert fused["layout"]["title"]["text"] == "Fused ops, onnxruntime/extended"
+    assert [t["name"] for t in fused["data"]] == ["Attention", "BiasGelu", "FusedGemm", "SkipLayerNormalization"]
+    # The commit table: the newest 50 commits on one page, a median per series.
+    assert html.count('<td class="message"') == seed.COMMITS
+
+    ort = seeded.get("/projects/bert-exports/models/bert.onnx", params={"engine": "onnxruntime", "level": "extended"})
+    bias_gelu = next(t for t in _figure(ort.text, "fusion-figure")["data"] if t["name"] == "BiasGelu")
+    assert bias_gelu["y"][seed.FUSION_DROP - 1: seed.FUSION_DROP + 1] == [2, 0]
+    assert bias_gelu["y"][seed.FUSION_BACK] == 2
+
+
+def test_commit_page_shows_the_diff_and_why_the_fusion_stopped(seeded):
+    html = seeded.get(f"/projects/bert-exports/commits/{seed.sha(seed.FUSION_DROP)}").text
+    assert "export: custom Passthrough between bias Add and Gelu" in html
+    assert re.search(r'<tr class="worse"><td>BiasGelu</td><td class="num">2</td><td class="num">0</td></tr>', html)
+    assert "Why BiasGeluFusion fired less" in html
+    assert html.count("(custom op, a fusion barrier), not Add</li>") == 2
+    assert re.search(r"<td>ai.onnx.contrib.Passthrough</td><td class=\"num\">0</td><td class=\"num\">2</td>", html)
+    # Kernels: MatMul's time rose 30% with the fusion gone (seed's factor 1.3).
+    assert re.search(r"<td>MatMul</td><td class=\"num\">[\d.]+</td><td class=\"num\">[\d.]+</td><td class=\"num\">\+30\.0%</td>", html)
+    assert html.count('class="ack"') == 2  # the fusion-regression and the timing step it caused
+    quiet = seeded.get(f"/projects/bert-exports/commits/{seed.sha(3)}").text
+    assert "fired less" not in quiet and "Alerts at this commit" not in quiet
+    first = seeded.get(f"/projects/bert-exports/commits/{seed.sha(0)}").text
+    assert "No baseline (the first measurement of this series)" in first
+
+
+def test_alerts_filter_and_acknowledge_without_javascript(seeded):
+    page = seeded.get("/alerts", params={"kind": "fusion-regression", "project": "bert-exports", "state": ""}).text
+    ids = re.findall(r'data-alert-id="(\d+)"', page)
+    assert len(ids) == 1
+    assert '<option selected>fusion-regression</option>' in page
+    everything = seeded.get("/alerts").text
+    # The two timing steps at TIMING_STEP, the fusion drop with its timing step, the fusion coming back.
+    assert seeded.get("/api/v1/alerts").json()["total"] == 5 and "Alerts <small>(5)</small>" in everything
+    reply = seeded.post(f"/alerts/{ids[0]}/ack", data={"next": "/alerts?state=open"}, follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == "/alerts?state=open"
+    assert seeded.get("/api/v1/alerts", params={"kind": "fusion-regression"}).json()["items"][0]["state"] == "acknowledged"
+    open_now = seeded.get("/alerts", params={"state": "open"}).text
+    assert f'data-alert-id="{ids[0]}"' not in open_now
+    # A form cannot send the browser off this site.
+    away = seeded.post(f"/alerts/{ids[0]}/ack", data={"next": "//evil.example/x"}, follow_redirects=False)
+    assert away.headers["location"] == "/alerts"
+    assert seeded.post("/alerts/99999/ack", follow_redirects=False).status_code == 404
+    assert seeded.get("/alerts", params={"kind": "nonsense"}).status_code == 422
+
+
+def test_upload_forms_create_a_project_and_a_model(client):
+    reply = client.post("/upload/project", data={"name": "cnn", "engines": ["fusionwatch"], "levels": ["disabled", "all"],
+                                                 "runs": "3", "warmup": "0", "sequence_length": ""},
+                        follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == "/upload?project=cnn"
+    settings = client.get("/api/v1/projects/cnn").json()["settings"]
+    assert (settings["engines"], settings["levels"], settings["runs"], settings["warmup"]) == (
+        ["fusionwatch"], ["disabled", "all"], 3, 0)
+    again = client.post("/upload/project", data={"name": "cnn"})
+    assert again.status_code == 409 and "already exists" in again.text and 'value="cnn"' in again.text
+
+    with RESNET.open("rb") as model:
+        reply = client.post("/upload/model", data={"project": "cnn", "name": "resnet.onnx"},
+                            files={"file": ("resnet_tiny.onnx", model.read())}, follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == "/projects/cnn"
+    assert client.get("/api/v1/projects/cnn/models").json()["items"][0]["name"] == "resnet.onnx"
+    with RESNET.open("rb") as model:
+        reply = client.post("/upload/model", data={"project": "cnn", "name": "resnet.onnx", "commit": "abc1234", "message": "first"},
+                            files={"file": ("resnet_tiny.onnx", model.read())}, follow_redirects=False)
+    assert reply.headers["location"] == "/projects/cnn/commits/abc1234"
+    commit = client.get("/projects/cnn/commits/abc1234").text
+    assert "badge-running" in commit and 'data-run-url="/api/v1/runs/1"' in commit and "0/2 done" in commit
+    assert '<meta http-equiv="refresh" content="5">' in commit  # without JavaScript the page reloads itself
+
+    broken = client.post("/upload/model", data={"project": "cnn"}, files={"file": ("bad.onnx", b"not a model")})
+    assert broken.status_code == 422 and 'class="error"' in broken.text
+    assert client.get("/api/v1/projects/cnn/models").json()["total"] == 1
+
+
+def test_unknown_things_are_html_pages_with_their_status(client):
+    for path in ["/projects/nope", "/projects/nope/models/m.onnx", "/projects/nope/commits/abc", "/static/secrets.py"]:
+        reply = client.get(path)
+        assert reply.status_code == 404, path
+    assert "no project named &#39;nope&#39;" in client.get("/projects/nope").text  # escaped, as all text
+    plotly = client.get("/static/plotly.min.js")
+    assert plotly.status_code == 200 and plotly.headers["content-type"].startswith("text/javascript")
+    assert len(plotly.content) > 1_000_000
+
+
+def test_a_commit_message_cannot_close_the_chart_script(client):
+    client.post("/api/v1/projects", json={"name": "p"}).raise_for_status()
+    document = seed.documents(1)[0] | {"project": "p"}
+    document["commit"]["message"] = "</script><script>alert(1)</script>"
+    client.post("/api/v1/results", json=document).raise_for_status()
+    html = client.get("/projects/p/models/bert.onnx").text
+    assert "</script><script>alert(1)" not in html
+    assert _figure(html, "timing-figure")["data"][2]["customdata"][0][2] == "</script><script>alert(1)</script>"
