@@ -324,7 +324,14 @@ def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> Ker
     cache = _cache_path()
     entry = _SEEN.get((str(cache), key)) or _read_cache(cache).get(key)
     if entry is None:
-        timings = _race(candidates, shapes, make_call)
+        try:
+            timings = _race(candidates, shapes, make_call)
+        except (ValueError, TypeError, IndexError, RuntimeError, ArithmeticError) as error:
+            # Shapes or constants an invalid model contradicts itself with: nothing to time. The
+            # kernels then refuse the node by name when the plan builds them (a GraphPlanError).
+            return KernelChoice(
+                family, candidates[0], f"not measured: timing {scope} failed ({type(error).__name__}: {error})"
+            )
         entry = {"timings_ms": timings, "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
         _write_cache(cache, key, entry)
         where = "measured now"
