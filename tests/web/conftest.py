@@ -51,7 +51,7 @@ def browser() -> Iterator:
         reason = f"{CHROMIUM} is missing (`make test` installs Debian's chromium; apt-get install -y chromium)"
         if shutil.which("apt-get") is None:
             reason += "; this machine has no apt-get"
-        pytest.skip(reason)
+        pytest.skip(reason=reason)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
