@@ -22,6 +22,7 @@ from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
 from service.cli_bisect import bisect_command
 from service.cli_client import submit_command
 from service.cli_measure import analyze_command, run_command
+from service.console import stdout_console
 
 app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
 # soft_wrap: an error naming a long path stays on one line, whole, so it can be grepped and copied.
@@ -64,7 +65,7 @@ def optimize_command(
 
 
 def _print_report(report: OptimizeReport, explain: str | None) -> None:
-    console = Console()
+    console = stdout_console()
     console.print(
         f"level [bold]{report.level}[/bold]: {report.nodes_before} → {report.nodes_after} nodes "
         f"in {report.total_ms:.1f} ms, graph hash {report.graph_hash}"
@@ -101,7 +102,7 @@ def profile_command(
     except (OSError, ValueError) as error:
         err.print(f"[red]error:[/red] {trace}: {error}")
         raise typer.Exit(2) from error
-    console = Console()
+    console = stdout_console()
     console.print(
         f"{table.runs} run(s): model_run {table.median_model_run_ms:.2f} ms, "
         f"SequentialExecutor::Execute {table.median_execute_ms:.2f} ms (medians)"
@@ -142,6 +143,7 @@ def serve_command(
     from service.core.logging import configure_logging
 
     _require_migrated()
+    _require_custom_ops()
     configure_logging(settings.log_level)
     # Logging is quiet by default, so say where to look; uvicorn's own banner is an INFO line.
     err.print(f"fusionwatch serving on http://{host}:{port}/api/v1 (log level {settings.log_level})")
@@ -172,6 +174,7 @@ def worker_command(
                   "sends jobs to (e.g. redis://127.0.0.1:6379/0). Without one, `fusionwatch serve` runs jobs itself.")
         raise typer.Exit(2)
     _require_migrated()
+    _require_custom_ops()
     # The queue is the machine class: results this worker records are compared within that class.
     settings.machine_class = queue
     configure_logging(settings.log_level)
@@ -227,6 +230,19 @@ def _require_migrated() -> None:
             f"this fusionwatch needs {head}; run `fusionwatch db upgrade`",
         )
         raise typer.Exit(2)
+
+
+def _require_custom_ops() -> None:
+    """Exit 2 naming the module unless FUSIONWATCH_CUSTOM_OPS imports: a worker started without it
+    would fail every job (or, embedded, be restarted forever)."""
+    from service.core.config import settings
+    from service.engines.custom_ops import load_custom_ops
+
+    try:
+        load_custom_ops(settings.custom_ops)
+    except ValueError as error:
+        err.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from error
 
 
 def _guarded(database_step):

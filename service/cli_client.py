@@ -25,6 +25,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from service.console import stdout_console
+
 API = "/api/v1"
 # Alerts that fail an engine's CI step (`run --fail-on-regression`); a run's verdict is the server's.
 FAILING_KINDS = ("fusion-regression", "timing-regression")
@@ -239,7 +241,7 @@ def submit_command(
     With --wait, print each model's fused counts and timings against its baseline, and the alerts.
     Exit 2 on errors (unreachable server, a request refused, a job that failed); with
     --fail-on-regression, 1 on a regression (which wins over a failed job: it is the finding)."""
-    out = Console()
+    out = stdout_console()
     missing = [str(path) for path in models if not path.is_file()]
     if missing:
         fail(f"no such model file: {', '.join(missing)}")

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -35,6 +34,7 @@ from service.cli_client import (
     print_measurements,
     progress,
 )
+from service.console import stdout_console
 
 ALL_LEVELS = "all-levels"
 
@@ -94,7 +94,7 @@ def run_command(
     if as_json:
         _dump({**reply, "results": document["results"]})
     else:
-        console = Console()
+        console = stdout_console()
         print_measurements(console, [(path.name, m) for path, m in measured])
         console.print(f"posted commit {commit[:12]} as run {reply['run_id']}: {server.rstrip('/')}{reply['run_url']}",
                       highlight=False, markup=False)
@@ -138,7 +138,7 @@ def analyze_command(
                    for _, m in measured]
         _dump({"model": str(model), "results": results})
         return
-    console = Console()
+    console = stdout_console()
     first = measured[0][1]
     inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
     versions = ", ".join(dict.fromkeys(f"{m.engine} {m.engine_version}" for _, m in measured))
@@ -220,7 +220,7 @@ def _print_local_runs(models, engines, levels, disable, runs, warmup, threads, s
 
 
 def _print_engine_results(model: Path, results: list, warmup: int) -> None:
-    console = Console()
+    console = stdout_console()
     first = results[0]
     inputs = ", ".join(f"{name} {shape}" for name, shape in first.inputs.items())
     versions = ", ".join(dict.fromkeys(f"{r.engine} {r.engine_version}" for r in results))

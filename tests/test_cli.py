@@ -11,7 +11,7 @@ from service import migrate
 from service.cli import app
 from service.core.config import settings
 from tests.optimizer.test_driver import _mlp
-from tests.service.db_fixtures import database_url  # noqa: F401  (fixture: an empty database per test)
+from tests.service.db_fixtures import database_url, migrated_database_url  # noqa: F401  (fixtures: a database per test)
 
 runner = CliRunner()
 
@@ -198,3 +198,11 @@ def test_server_text_is_printed_as_is_not_as_rich_markup():
     message = "Reshape [/model/Reshape] target [1, -1] has [bold]two[/bold] -1s"
     print_alerts(console, [{"kind": "fusion-regression", "message": message}])
     assert console.export_text().strip() == f"fusion-regression {message}"
+
+
+def test_serve_refuses_custom_ops_it_cannot_import(migrated_database_url, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(settings, "database_url", migrated_database_url)
+    monkeypatch.setattr(settings, "custom_ops", "no_such_module_for_fusionwatch")
+    result = runner.invoke(app, ["serve", "--port", "1"])
+    assert result.exit_code == 2
+    assert "custom-op module 'no_such_module_for_fusionwatch' (FUSIONWATCH_CUSTOM_OPS) cannot be imported" in result.output

@@ -17,31 +17,15 @@ from sqlalchemy.orm import Session
 from service.alerts import timing
 from service.models import Alert, Commit, Result
 from service.models.base import utc_now
-from service.usecases.commits import ancestors, earlier_on_branch
+from service.usecases.baselines import measured_ancestors
 
 KIND = "timing-regression"
 
 
-def measured_ancestry(session: Session, result: Result) -> list[Result]:
-    """The latest result with the same fingerprint on each measured ancestor of the result's commit,
-    nearest first (ancestors by parents; when none is measured, earlier commits on the branch)."""
-    commit = session.get(Commit, result.commit_id)
-    latest = {
-        row.commit_id: row.id
-        for row in session.execute(
-            select(Result.commit_id, Result.id)
-            .where(Result.fingerprint == result.fingerprint, Result.commit_id != commit.id)
-            .order_by(Result.id)
-        )
-    }
-    if not latest:
-        return []
-    for candidates in (ancestors(session, commit), earlier_on_branch(session, commit)):
-        ids = [latest[c.id] for c in candidates if c.id in latest]
-        if ids:
-            rows = {r.id: r for r in session.scalars(select(Result).where(Result.id.in_(ids)))}
-            return [rows[i] for i in ids]
-    return []
+def measured_ancestry(session: Session, result: Result, policy: timing.TimingPolicy) -> list[Result]:
+    """The measured ancestors a window is drawn from, nearest first (service/usecases/baselines.py). Five
+    windows' worth: baseline_window skips suspected alerts that were never confirmed."""
+    return measured_ancestors(session, result, limit=policy.window * 5)
 
 
 def series_timing_alerts(session: Session, fingerprint: str) -> dict[int, Alert]:
@@ -93,7 +77,7 @@ def evaluate(
     if not result.execute_ms:
         return []
     alerts = series_timing_alerts(session, result.fingerprint)
-    ancestry = measured_ancestry(session, result)
+    ancestry = measured_ancestry(session, result, policy)
     here = alerts.get(result.commit_id)
     if here is not None:  # a re-measurement of an alerted commit: confirm it, never raise a second
         if here.state != "suspected":
@@ -141,7 +125,7 @@ def _confirm_if_agrees(
     """Confirm `alert` when `result` crosses the bar against the window the alert was raised on, by about
     the same amount (`timing.agree`)."""
     alerted = session.get(Result, alert.result_id)
-    window = baseline_window(measured_ancestry(session, alerted), alerts, policy.window)
+    window = baseline_window(measured_ancestry(session, alerted, policy), alerts, policy.window)
     if not window:
         return []
     jobs, changed = [as_job(r) for r in window], code_changed(alerted, window[0])

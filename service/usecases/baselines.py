@@ -22,8 +22,15 @@ MAX_GENERATIONS = 1000
 
 
 def find_baseline(session: Session, result: Result) -> Result | None:
+    nearest = measured_ancestors(session, result, limit=1)
+    return nearest[0] if nearest else None
+
+
+def measured_ancestors(session: Session, result: Result, limit: int) -> list[Result]:
+    """Up to `limit` results with this fingerprint on the commit's measured ancestors, nearest first (the
+    latest result per commit); when no ancestor is measured, on earlier commits of the branch."""
     commit = session.get(Commit, result.commit_id)
-    return _nearest_measured_ancestor(session, result, commit) or _latest_earlier_on_branch(session, result, commit)
+    return _ancestry(session, result, commit, limit) or _earlier_on_branch(session, result, commit, limit)
 
 
 def _measured(session: Session, result: Result, commit_ids: list[int]) -> dict[int, Result]:
@@ -36,12 +43,13 @@ def _measured(session: Session, result: Result, commit_ids: list[int]) -> dict[i
     return {row.commit_id: row for row in rows}
 
 
-def _nearest_measured_ancestor(session: Session, result: Result, commit: Commit) -> Result | None:
+def _ancestry(session: Session, result: Result, commit: Commit, limit: int) -> list[Result]:
+    found: list[Result] = []
     seen = {commit.sha}
     frontier = [sha for sha in dict.fromkeys(commit.parents or []) if sha not in seen]
     for _ in range(MAX_GENERATIONS):
-        if not frontier:
-            return None
+        if not frontier or len(found) >= limit:
+            break
         seen.update(frontier)
         rows = session.execute(
             select(Commit.id, Commit.sha, Commit.parents).where(
@@ -51,16 +59,14 @@ def _nearest_measured_ancestor(session: Session, result: Result, commit: Commit)
         order = {sha: i for i, sha in enumerate(frontier)}
         rows = sorted(rows, key=lambda row: order[row.sha])
         measured = _measured(session, result, [row.id for row in rows]) if rows else {}
-        for row in rows:  # nearest first, in the parents' own order
-            if row.id in measured:
-                return measured[row.id]
-        frontier = [sha for row in rows for sha in (row.parents or []) if sha not in seen]
-        frontier = list(dict.fromkeys(frontier))
-    return None
+        found += [measured[row.id] for row in rows if row.id in measured]  # nearest first, in the parents' order
+        frontier = list(dict.fromkeys(sha for row in rows for sha in (row.parents or []) if sha not in seen))
+    return found[:limit]
 
 
-def _latest_earlier_on_branch(session: Session, result: Result, commit: Commit) -> Result | None:
-    """By timestamp where this commit has one (ties and untimed commits by arrival), else by arrival."""
+def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: int) -> list[Result]:
+    """By timestamp where this commit has one (ties and untimed commits by arrival), else by arrival;
+    the latest result per commit."""
     if commit.timestamp is None:
         earlier = Commit.seq < commit.seq
         order = (Commit.seq.desc(),)
@@ -70,7 +76,7 @@ def _latest_earlier_on_branch(session: Session, result: Result, commit: Commit) 
             and_(Commit.timestamp == commit.timestamp, Commit.seq < commit.seq),
         )
         order = (Commit.timestamp.desc(), Commit.seq.desc())
-    return session.scalar(
+    rows = session.scalars(
         select(Result)
         .join(Commit, Commit.id == Result.commit_id)
         .where(
@@ -82,5 +88,9 @@ def _latest_earlier_on_branch(session: Session, result: Result, commit: Commit) 
             earlier,
         )
         .order_by(*order, Result.id.desc())
-        .limit(1)
-    )
+        .limit(limit * 4)  # re-measured commits hold several results; one per commit is kept
+    ).all()
+    latest: dict[int, Result] = {}
+    for row in rows:
+        latest.setdefault(row.commit_id, row)
+    return list(latest.values())[:limit]

@@ -1,8 +1,7 @@
-"""Record commits as CI or GitHub describes them, and walk their ancestry for baselines."""
+"""Record commits as CI or GitHub describes them (their ancestry is walked in baselines.py)."""
 
 from __future__ import annotations
 
-from collections import deque
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -66,47 +65,3 @@ def get_commit(session: Session, project: Project, sha: str) -> Commit:
     if commit is None:
         raise NotFound(f"project {project.name!r} has no commit {sha[:80]!r}")
     return commit
-
-
-def ancestors(session: Session, commit: Commit) -> list[Commit]:
-    """The commit's recorded ancestors, nearest first, by breadth-first walk over parents.
-
-    The merge base of another branch is among them, so "nearest measured ancestor" also answers
-    for branches. Commits CI never reported end the walk there.
-    """
-    rows = session.execute(
-        select(Commit.id, Commit.sha, Commit.parents).where(Commit.project_id == commit.project_id)
-    ).all()
-    by_sha = {row.sha: row for row in rows}
-    seen = {commit.sha}
-    order: list[int] = []
-    queue = deque(commit.parents or [])
-    while queue:
-        sha = queue.popleft()
-        if sha in seen or sha not in by_sha:
-            continue
-        seen.add(sha)
-        row = by_sha[sha]
-        order.append(row.id)
-        queue.extend(row.parents or [])
-    commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(order)))} if order else {}
-    return [commits[i] for i in order]
-
-
-def earlier_on_branch(session: Session, commit: Commit) -> list[Commit]:
-    """Commits before this one on its branch, latest first: by timestamp where both have one, else arrival."""
-    rows = session.scalars(
-        select(Commit).where(
-            Commit.project_id == commit.project_id, Commit.branch == commit.branch, Commit.id != commit.id
-        )
-    ).all()
-
-    def key(c: Commit):
-        return (c.timestamp.timestamp() if c.timestamp else float("-inf"), c.seq)
-
-    mine = key(commit)
-    if commit.timestamp is None:
-        earlier = [c for c in rows if c.seq < commit.seq]
-        return sorted(earlier, key=lambda c: c.seq, reverse=True)
-    earlier = [c for c in rows if c.timestamp is not None and key(c) < mine] or [c for c in rows if c.seq < commit.seq]
-    return sorted(earlier, key=key, reverse=True)

@@ -83,6 +83,13 @@ def _wait_for_run(base: str, run_url: str, timeout_s: float = 180) -> dict:
     raise AssertionError(f"run {run_url} still running after {timeout_s}s: {run}")
 
 
+def _wait_until_running(base: str, run_url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(f"{base.removesuffix('/api/v1')}{run_url}").json()["jobs"][0]["state"] != "running":
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+
+
 def _worker_pids(server: subprocess.Popen) -> list[int]:
     """The server's spawned worker processes (not multiprocessing's resource tracker)."""
     # Every thread's children: the supervisor thread spawns the replacement of a dead worker.
@@ -123,10 +130,7 @@ def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path
             upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "dead01"}, timeout=30)
         run_url = upload.json()["run_url"]
-        deadline = time.monotonic() + 60
-        while httpx.get(f"{base.removesuffix('/api/v1')}{run_url}").json()["jobs"][0]["state"] != "running":
-            assert time.monotonic() < deadline, "the job never started"
-            time.sleep(0.1)
+        _wait_until_running(base, run_url)
         time.sleep(1.0)  # inside the measurement
         [worker] = _worker_pids(server)
         os.kill(worker, signal.SIGKILL)
@@ -197,10 +201,7 @@ def test_sigterm_lets_the_running_job_finish_before_the_service_exits(tmp_path):
             upload = httpx.post(f"{base}/projects/drain/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "d1"}, timeout=30)
         run_url = upload.json()["run_url"]
-        deadline = time.monotonic() + 60
-        while httpx.get(f"{base.removesuffix('/api/v1')}{run_url}").json()["jobs"][0]["state"] != "running":
-            assert time.monotonic() < deadline, "the job never started"
-            time.sleep(0.1)
+        _wait_until_running(base, run_url)
         database = tmp_path / "nested" / "fusionwatch.db"
         server.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal it caught, as a process killed by it would.
