@@ -12,10 +12,12 @@ ALERT_KINDS = ("fusion-regression", "fusion-change", "numeric-mismatch", "job-fa
 # Timing alerts start suspected and become confirmed when a second measurement agrees; others start open.
 ALERT_STATES = ("open", "acknowledged", "suspected", "confirmed")
 HOOK_FORMATS = ("json", "slack")
+# An API token's scope: `write` may also read (service/auth.py).
+TOKEN_SCOPES = ("read", "write")
 
 
 def one_of(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN (" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
-__all__ = ["ALERT_KINDS", "ALERT_STATES", "ENGINES", "HOOK_FORMATS", "JOB_STATES", "LEVEL_NAMES", "RUN_STATES", "one_of"]
+__all__ = ["ALERT_KINDS", "ALERT_STATES", "ENGINES", "HOOK_FORMATS", "JOB_STATES", "LEVEL_NAMES", "RUN_STATES", "TOKEN_SCOPES", "one_of"]

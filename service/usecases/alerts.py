@@ -71,6 +71,14 @@ def list_alerts(
     return list(rows), total
 
 
+def alert_project(session: Session, alert_id: int) -> Project:
+    """The project an alert belongs to (who may acknowledge it depends on it)."""
+    project = session.scalar(select(Project).join(Alert, Alert.project_id == Project.id).where(Alert.id == alert_id))
+    if project is None:
+        raise NotFound(f"no alert {alert_id}")
+    return project
+
+
 def acknowledge(session: Session, alert_id: int) -> Alert:
     alert = session.get(Alert, alert_id)
     if alert is None:
