@@ -14,7 +14,7 @@ from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
 from service.auth import PAGE_ACCESS, may_create_projects, may_write_to
 from service.errors import Invalid, NotFound, ServiceError
-from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, ENGINES, LEVEL_NAMES
+from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, ENGINES, LEVEL_NAMES, NEEDS_ATTENTION
 from service.protocol import protocol_for
 from service.usecases import alerts as alert_usecases
 from service.usecases.commit_report import commit_report
@@ -53,7 +53,7 @@ def page(handler):
 @router.get("/", response_class=HTMLResponse)
 @page
 def read_overview(request: Request, session: SessionDep):
-    open_alerts, open_total = alert_usecases.list_alerts(session, state="open", limit=10)
+    open_alerts, open_total = alert_usecases.list_alerts(session, limit=10, states=NEEDS_ATTENTION)
     return "overview.html", {
         "projects": project_summaries(session),
         "runs": latest_runs(session, limit=20),

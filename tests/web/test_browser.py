@@ -98,7 +98,7 @@ def test_clicking_an_alert_opens_its_commit_with_the_reason(page):
     page.locator("tr.alert-row a.alert-link").first.click()
     page.wait_for_url(f"**/projects/{seed.PROJECT}/commits/{seed.sha(seed.FUSION_DROP)}")
     near_misses = page.locator(".near-misses").first.inner_text()
-    assert "Why BiasGeluFusion fired less" in near_misses
+    assert "Why BiasGeluFusion stopped firing" in near_misses
     assert "custom op, a fusion barrier" in near_misses
     screenshot(page, "commit-from-alert")
 
