@@ -21,7 +21,11 @@ pytestmark = pytest.mark.skipif(FOLDER is None, reason="ONNX Runtime's fusion te
 # patterns stay unfused, as the CPU kernels compute LayerNorm in float or double only.
 _CAST_SKIP = "float16 residual Add around Casts: onnxruntime's own CPU session does not fuse it either"
 _CAST_LN = "a float16 LayerNorm: onnxruntime's own CPU session does not fuse it either"
-_EMBED = "EmbedLayerNormFusion does not know the NonZero(ConstantOfShape) position ids of this export"
+# PyTorch's arange below opset 11 is NonZero(ConstantOfShape([S], value=1)); these two models leave
+# out the value, whose default is 0: NonZero finds no index, the position ids are empty (their
+# Expand to the ids' shape fails), not 0..S-1. ONNX Runtime's fusion does not read the value and
+# drops them; ours drops them only for a non-zero value (test_norm_rules.py has both).
+_EMBED = "the position ids are NonZero of ConstantOfShape's default zeros: empty, not 0..S-1"
 KNOWN_GAPS: dict[str, str] = {
     "layer_norm_with_cast_2.onnx": _CAST_LN,
     "layer_norm_with_cast_3.onnx": _CAST_LN,
@@ -39,7 +43,6 @@ KNOWN_GAPS: dict[str, str] = {
     "skip_layer_norm_no_beta_with_cast.onnx": _CAST_SKIP,
     "embed_layer_norm_format2.onnx": _EMBED,
     "embed_layer_norm_format4.onnx": _EMBED,
-    "embed_layer_norm_format8.onnx": "the fused graph keeps a Shape -> Gather of the input ids that ORT's drops",
     # Its Where fills masked scores with 0.0, which is not a mask (softmax still weighs them);
     # ONNX Runtime's fusion assumes a mask whatever the fill, ours does not.
     "attention_distilbert.onnx": "the masked_fill value is 0, so the Where is not an attention mask",
