@@ -65,6 +65,7 @@ from optimizer.match import (
     static_shape,
 )
 from optimizer.rule import Match, Rule, fail
+from optimizer.shape_probe import constant_dims, pinned_shapes
 from optimizer.text import preview
 
 # Data-movement ops a Q/K/V or output chain may contain; the layout probe checks them.
@@ -259,15 +260,21 @@ class AttentionFusion(Rule):
         q4, v4 = qk.inputs[0], pv.inputs[1]
         if rank(q4) != 4 or q4.shape is None:
             return None
-        if not isinstance(q4.shape[1], int) or not isinstance(q4.shape[3], int):
+        dims = _heads_dims(graph, q4)
+        if not isinstance(dims[1], int) or not isinstance(dims[3], int):
             return (f"Q '{q4.name}' has shape {[str(d) for d in q4.shape]}: the number of heads and the head "
-                    "size must be known numbers")
-        num_heads, head_size = q4.shape[1], q4.shape[3]
-        probe = _Probe.for_heads(q4)
+                    "size must be known numbers (they vary with the input sizes)")
+        num_heads, head_size = dims[1], dims[3]
+        probe = _Probe.for_heads(graph, q4, num_heads, head_size)
+
+        def like_q(value: ir.Value) -> bool:  # [B, N, T, H] with Q's heads and head size
+            found = _heads_dims(graph, value) if rank(value) == 4 else None
+            return found is not None and found[1] == num_heads and found[3] == head_size
+
         k_chain: list[ir.Node] = []
         k4 = qk.inputs[1]
         if k_transposed:  # Kᵀ: walk back to a [B, N, T, H] value the chain swaps the last axes of
-            while rank(k4) != 4 or k4.shape is None or k4.shape[1] != num_heads or k4.shape[3] != head_size or not k_chain:
+            while not like_q(k4) or not k_chain:
                 node = producer(k4)
                 if not (is_op(node, "Transpose") or is_op(node, "Reshape")) or len(k_chain) >= 4:
                     return "Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape"
@@ -281,8 +288,7 @@ class AttentionFusion(Rule):
             if isinstance(moved, str) or not np.array_equal(moved, numbered.swapaxes(2, 3)):
                 return f"{describe(k_chain[-1])} does not turn K [batch, heads, keys, head_size] into Kᵀ"
         for role, value in (("K", k4), ("V", v4)):
-            shape = value.shape
-            if rank(value) != 4 or shape is None or shape[1] != num_heads or shape[3] != head_size:
+            if not like_q(value):
                 return f"{role} '{value.name}' is not [batch, {num_heads}, keys, {head_size}] like Q"
         out = _trace_output(pv.outputs[0], probe, num_heads, head_size)
         if isinstance(out, str):
@@ -781,15 +787,23 @@ class _Probe:
         return ints
 
     @classmethod
-    def for_heads(cls, q4: ir.Value) -> _Probe:
-        """A probe whose batch and sequence are those of Q in heads, [B, N, S, H]."""
+    def for_heads(cls, graph: ir.Graph, q4: ir.Value, num_heads: int, head_size: int) -> _Probe:
+        """A probe whose batch and sequence are those of Q in heads, [B, N, S, H].
+
+        Where Q's batch or sequence is symbolic, the probe takes the sizes of the graph inferred
+        with its inputs pinned (shape_probe), and reads any other shape it needs from there too.
+        """
         dims = list(q4.shape)
         probe = cls.__new__(cls)
-        probe.batch = dims[0] if isinstance(dims[0], int) else PROBE_BATCH
-        probe.seq = dims[2] if isinstance(dims[2], int) else PROBE_SEQ
+        probe.pinned = {}
+        if not isinstance(dims[0], int) or not isinstance(dims[2], int):
+            probe.pinned = pinned_shapes(graph, q4)[0]
+        pinned = probe.pinned.get(q4.name)
+        probe.batch = dims[0] if isinstance(dims[0], int) else pinned[0] if pinned else PROBE_BATCH
+        probe.seq = dims[2] if isinstance(dims[2], int) else pinned[2] if pinned else PROBE_SEQ
         probe.symbols = {str(d): size for d, size in ((dims[0], probe.batch), (dims[2], probe.seq))
                          if d is not None and not isinstance(d, int)}
-        probe.shapes = {id(q4): (probe.batch, dims[1], probe.seq, dims[3])}
+        probe.shapes = {id(q4): (probe.batch, num_heads, probe.seq, head_size)}
         probe.x = q4
         return probe
 
@@ -928,6 +942,8 @@ class _Probe:
     def _shape_of(self, value: ir.Value) -> tuple[int, ...] | None:
         if id(value) in self.shapes:
             return self.shapes[id(value)]
+        if value.name in getattr(self, "pinned", {}):  # consistent with batch and seq (for_heads)
+            return self.pinned[value.name]
         if value.shape is None:
             return None
         dims = []
@@ -939,6 +955,18 @@ class _Probe:
             else:
                 return None
         return tuple(dims)
+
+
+def _heads_dims(graph: ir.Graph, value: ir.Value) -> list[int | str | None]:
+    """A rank-4 value's dims, the symbolic ones replaced by the number the graph fixes them to
+    (TorchScript's Llama leaves the heads of view(batch, seq, -1, head_size) symbolic)."""
+    dims = list(value.shape) if value.shape is not None else [None] * 4
+    if isinstance(dims[1], int) and isinstance(dims[3], int):
+        return dims
+    fixed = constant_dims(graph, value)
+    if fixed is None or len(fixed) != 4:
+        return dims
+    return [d if isinstance(d, int) else (f if f is not None else d) for d, f in zip(dims, fixed, strict=True)]
 
 
 def _reshape_dims(shape, target: np.ndarray, node: ir.Node) -> list[int] | None:
