@@ -76,10 +76,12 @@ def optimize(
             break
     else:
         log.warning("optimizer did not settle after %d rounds", MAX_ROUNDS)
-    if rules:
-        # Fusions leave weights they absorbed and shape arithmetic nobody reads any more.
-        RemoveUnusedNodesPass()(model)
     graph.sort()
+    if rules:
+        # Fusions leave weights they absorbed and shape arithmetic nobody reads any more. The pass
+        # sweeps once from the last node back, so a dead chain goes whole only in topological
+        # order (a model listing its nodes out of order kept a Shape -> Gather whose reader died).
+        RemoveUnusedNodesPass()(model)
     total_ms = (time.perf_counter() - started) * 1000
 
     report = OptimizeReport(

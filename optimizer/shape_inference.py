@@ -25,7 +25,7 @@ import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common._c_api_utils import call_onnx_api  # strips and restores weights
 
-from optimizer.match import const_array
+from optimizer.match import const_array, static_shape
 from optimizer.text import shorten
 
 log = logging.getLogger("fusionwatch.optimizer")
@@ -40,21 +40,42 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
     _forget_negative_dims(model)
     _import_used_domains(model)
     _infer_once(model, refine)
-    # onnx has no shape function for onnxruntime's normalization ops (LayerNormalization below
-    # opset 17 is onnxruntime's own): everything after them stays unknown. They keep their
-    # input's shape, so say so and let inference carry it on.
-    if _fill_normalization_shapes(model):
+    # Where onnx's inference stops (see _fill_what_onnx_cannot), say what is known and let it
+    # carry on; each round can only add shapes, so a few rounds settle.
+    for _ in range(MAX_FILL_ROUNDS):
+        if not _fill_what_onnx_cannot(model):
+            break
         _infer_once(model, refine)
+
+
+MAX_FILL_ROUNDS = 3
 
 
 # Ops that onnx cannot infer at the model's opset and whose first output has the first input's shape.
 SHAPE_KEEPING_OPS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
 
 
-def _fill_normalization_shapes(model: ir.Model) -> bool:
+def _fill_what_onnx_cannot(model: ir.Model) -> bool:
+    """Shapes onnx's inference leaves out that the graph still determines; True if any was added.
+
+    - onnx has no shape function for onnxruntime's normalization ops (LayerNormalization below
+      opset 17 is onnxruntime's own): they keep their input's shape.
+    - A Reshape whose target is computed (Concat of Shape pieces, as older exporters write every
+      reshape) gets no shape at all, though its rank is the target's length: everything after it,
+      a whole GPT-2 layer, then has no rank for the rules to check. The rank, with unknown dims.
+    """
     filled = False
     for node in model.graph:
-        if node.op_type not in SHAPE_KEEPING_OPS or node.domain not in ("", "ai.onnx") or not node.outputs:
+        if node.domain not in ("", "ai.onnx") or not node.outputs or node.outputs[0].shape is not None:
+            continue
+        if node.op_type == "Reshape" and len(node.inputs) > 1:
+            target, data_type = static_shape(node.inputs[1]), node.inputs[0].type
+            if target is not None and len(target) == 1 and data_type is not None:
+                node.outputs[0].type = data_type
+                node.outputs[0].shape = ir.Shape([None] * target[0])
+                filled = True
+            continue
+        if node.op_type not in SHAPE_KEEPING_OPS:
             continue
         source, output = node.inputs[0], node.outputs[0]
         if output.shape is None and source is not None and source.shape is not None:

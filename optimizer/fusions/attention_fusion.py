@@ -28,6 +28,11 @@ A key/value cache with nothing in it yet (GPT-2 exported with use_cache=True: K 
 onto an empty past, and returned as the layer's present key/value) becomes Attention's `present`
 output, split back into the two values; the probe checks that they are K and V per head.
 
+A past (ONNX Runtime's GPT-2 export: one stacked `past` (2, B, N, P, H) per layer, K and V
+concatenated onto its halves, the stacked result a `present` output) becomes Attention's `past`
+input and `present` output (attention_past.py); GPT-2's causal mask, a Where on a slice of a
+constant triangle, becomes `unidirectional` (attention_causal.py).
+
 Q, K and V may also reach the scores already projected and split into heads, with work between the
 projection and the product that Attention's packed weight cannot express (Llama's rotary
 embedding, grouped-query K/V repeated to every head): then the block becomes MultiHeadAttention on
@@ -42,6 +47,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from optimizer.fusions.attention_causal import causal_kind
+from optimizer.fusions.attention_past import PastSide, concat_axis, past_side, present_of
 from optimizer.match import (
     MS,
     attr,
@@ -58,6 +65,7 @@ from optimizer.match import (
     static_shape,
 )
 from optimizer.rule import Match, Rule, fail
+from optimizer.shape_probe import constant_dims, pinned_shapes
 from optimizer.text import preview
 
 # Data-movement ops a Q/K/V or output chain may contain; the layout probe checks them.
@@ -68,6 +76,7 @@ SHAPE_OPS = frozenset(
      "Mul", "Div", "Add", "Sub", "Size"}
 )
 PROBE_BATCH, PROBE_SEQ = 2, 3
+PROBE_HEADS = 5  # only where nothing says how many heads: a size no other probe dimension has
 MAX_CHAIN = 8
 
 
@@ -128,6 +137,16 @@ class AttentionFusion(Rule):
         elif not is_op(qk, "MatMul"):
             return fail("scores", f"Softmax input does not come from a Q·Kᵀ MatMul (found {describe(qk)})", qk)
         core.append(qk)
+        # GPT-2's causal mask, a Where on a slice of a constant triangle: Attention's unidirectional.
+        unidirectional, packed_fill, causal_nodes = False, fill, []
+        if fill is not None:
+            score_values = [qk.outputs[0], *(n.outputs[0] for n in scores_nodes)]
+            kind = causal_kind(fill[0].inputs[0], fill[0].inputs[1] is fill[1], _Probe.scores_ints(score_values))
+            if not isinstance(kind, str):
+                (unidirectional, causal_nodes), packed_fill = kind, None
+            elif _reads_block(fill[0].inputs[0], core):  # kept as a bias, it would need the scores' shape
+                return fail("mask", f"the masked_fill condition is computed from the scores themselves, and {kind}",
+                            producer(fill[0].inputs[0]))
 
         # --- Q, K, V paths back to their projections ---------------------------------------
         paths = {}
@@ -178,6 +197,15 @@ class AttentionFusion(Rule):
         presents = _check_cache(q, k, v, probe, heads)
         if isinstance(presents, str):
             return fail("cache", presents)
+        past = _check_past(q, k, v, probe, heads, (qk, pv))
+        if isinstance(past, str):
+            return fail("past", past)
+        if past is not None:
+            past_value, past_nodes, present = past
+            core += past_nodes
+            presents = [present] if present is not None else []
+        fill = packed_fill
+        core += causal_nodes
 
         # --- mask: an additive bias the fused op can broadcast ------------------------------
         padding = None
@@ -196,13 +224,14 @@ class AttentionFusion(Rule):
 
         core += q.nodes + k.nodes + v.nodes + out_nodes
         core = list({id(n): n for n in core}.values())
-        nodes = core + _dead_helpers(core)
+        nodes = core + _dead_helpers(core, [fill[0].inputs[0] if fill is not None else None, mask])
         return Match(
             nodes=_in_graph_order(graph, nodes),
             outputs=[out_value, *presents],
             captures={
                 "graph": graph, "anchor": softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
-                "present": bool(presents),
+                "present": bool(presents), "past": past[0] if past is not None else None,
+                "unidirectional": unidirectional,
                 "fill": fill[0] if fill is not None else None,
                 "num_heads": num_heads, "scale": scale,
                 "flat_output": flat_output, "hidden": num_heads * head_size,
@@ -231,15 +260,21 @@ class AttentionFusion(Rule):
         q4, v4 = qk.inputs[0], pv.inputs[1]
         if rank(q4) != 4 or q4.shape is None:
             return None
-        if not isinstance(q4.shape[1], int) or not isinstance(q4.shape[3], int):
+        dims = _heads_dims(graph, q4)
+        if not isinstance(dims[1], int) or not isinstance(dims[3], int):
             return (f"Q '{q4.name}' has shape {[str(d) for d in q4.shape]}: the number of heads and the head "
-                    "size must be known numbers")
-        num_heads, head_size = q4.shape[1], q4.shape[3]
-        probe = _Probe.for_heads(q4)
+                    "size must be known numbers (they vary with the input sizes)")
+        num_heads, head_size = dims[1], dims[3]
+        probe = _Probe.for_heads(graph, q4, num_heads, head_size)
+
+        def like_q(value: ir.Value) -> bool:  # [B, N, T, H] with Q's heads and head size
+            found = _heads_dims(graph, value) if rank(value) == 4 else None
+            return found is not None and found[1] == num_heads and found[3] == head_size
+
         k_chain: list[ir.Node] = []
         k4 = qk.inputs[1]
         if k_transposed:  # Kᵀ: walk back to a [B, N, T, H] value the chain swaps the last axes of
-            while rank(k4) != 4 or k4.shape is None or k4.shape[1] != num_heads or k4.shape[3] != head_size or not k_chain:
+            while not like_q(k4) or not k_chain:
                 node = producer(k4)
                 if not (is_op(node, "Transpose") or is_op(node, "Reshape")) or len(k_chain) >= 4:
                     return "Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape"
@@ -253,8 +288,7 @@ class AttentionFusion(Rule):
             if isinstance(moved, str) or not np.array_equal(moved, numbered.swapaxes(2, 3)):
                 return f"{describe(k_chain[-1])} does not turn K [batch, heads, keys, head_size] into Kᵀ"
         for role, value in (("K", k4), ("V", v4)):
-            shape = value.shape
-            if rank(value) != 4 or shape is None or shape[1] != num_heads or shape[3] != head_size:
+            if not like_q(value):
                 return f"{role} '{value.name}' is not [batch, {num_heads}, keys, {head_size}] like Q"
         out = _trace_output(pv.outputs[0], probe, num_heads, head_size)
         if isinstance(out, str):
@@ -269,7 +303,7 @@ class AttentionFusion(Rule):
                 return problem[0]
             padding = ("expand", None, None) if problem is not None else None
         nodes = list({id(n): n for n in core + k_chain + out_nodes}.values())
-        nodes += _dead_helpers(nodes)
+        nodes += _dead_helpers(nodes, [fill[0].inputs[0] if fill is not None else None, mask])
         return Match(
             nodes=_in_graph_order(graph, nodes),
             outputs=[out_value],
@@ -285,24 +319,30 @@ class AttentionFusion(Rule):
             return self._rewrite_heads(op, match)
         weight, bias = _packed_weights(op, match)
         attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
-        inputs = [match.x, weight, bias, None, None, match.mask] if match.mask is not None else [match.x, weight, bias]
-        if match.fill is not None:  # the masked_fill as an additive bias: fill where masked, 0 elsewhere
-            fill_bias = _fill_bias(op, match)
-            if match.mask is None:
-                inputs = [match.x, weight, bias, None, None, fill_bias]
-            else:
-                inputs[5] = op.op("Add", [fill_bias, match.mask], name=f"{self.name}/{match.anchor}/bias")
+        if match.unidirectional:
+            attributes["unidirectional"] = 1
+        # input, weights, bias, mask_index, past, attention_bias
+        inputs: list[ir.Value | None] = [match.x, weight, bias, None, match.past, match.mask]
         if match.padding is not None:
             kind, raw, filter_value = match.padding
             if kind == "index":  # the [batch, key] 0/1 mask itself, as onnxruntime's fusion passes it
                 if raw.dtype != ir.DataType.INT32:
                     raw = op.op("Cast", [raw], {"to": ir.DataType.INT32}, name=f"{self.name}/{match.anchor}/mask_index")
-                inputs = [match.x, weight, bias, raw]
+                inputs[3], inputs[5] = raw, None
                 attributes["mask_filter_value"] = float(filter_value)
             else:  # repeat the one mask row for every query: [B|1, 1, 1, T] -> [B|1, 1, S, T]
                 inputs[5] = _expand_over_queries(op, match)
+        if match.fill is not None:  # the masked_fill as an additive bias: fill where masked, 0 elsewhere
+            fill_bias = _fill_bias(op, match)
+            inputs[5] = fill_bias if inputs[5] is None else op.op(
+                "Add", [fill_bias, inputs[5]], name=f"{self.name}/{match.anchor}/bias")
+        while inputs[-1] is None:
+            inputs.pop()
         name = f"{self.name}/{match.anchor}"
         presents = []
+        if match.past is not None:  # past (2, B, N, P, H) in, the stacked present out (onnxruntime wants it)
+            output, present = op.op_multi_out("Attention", inputs, attributes, domain=MS, num_outputs=2, name=name)
+            return [output, present] if match.present else [output]
         if match.present:  # present (2, B, N, S, H): key and value as the cache Concats returned them
             output, present = op.op_multi_out("Attention", inputs, attributes, domain=MS, num_outputs=2, name=name)
             for index, role in enumerate(("key", "value")):
@@ -334,6 +374,7 @@ class _Projection:
         self.nodes = linear_nodes + chain + scale_nodes
         self.initializers: tuple[ir.Value, ir.Value] | None = None  # (W, b) usable unchanged
         self.cache: ir.Value | None = None  # K or V as it leaves through the (empty) cache, if it does
+        self.past: tuple[ir.Node, PastSide] | None = None  # the Concat onto a past, and its past half
 
 
 def _trace_projection(value: ir.Value):
@@ -342,7 +383,7 @@ def _trace_projection(value: ir.Value):
     picks: dict[int, int] = {}
     scale_nodes: list[ir.Node] = []
     scale = 1.0
-    cache = None
+    cache = past = None
     node = producer(value)
     while node is not None and len(chain) + len(scale_nodes) < MAX_CHAIN:
         if is_op(node, "Mul") or is_op(node, "Div"):
@@ -361,6 +402,16 @@ def _trace_projection(value: ir.Value):
             value = _sole_data_input(node)
             node = producer(value)
             continue
+        if is_op(node, "Concat") and cache is None and past is None:
+            side = past_side(node)
+            if isinstance(side, str):
+                return f"is concatenated onto a cache that Attention cannot take: {side}"
+            if side is not None:  # K or V appended to a past: Attention's past input
+                past = (node, side)
+                chain.insert(0, node)
+                value = node.inputs[1]
+                node = producer(value)
+                continue
         if not any(is_op(node, t) for t in LAYOUT_OPS):
             break
         chain.insert(0, node)
@@ -375,6 +426,7 @@ def _trace_projection(value: ir.Value):
     projection = _Projection(x, weight, bias, linear_nodes, chain, picks, scale, scale_nodes)
     projection.initializers = as_is
     projection.cache = cache
+    projection.past = past
     return projection
 
 
@@ -544,6 +596,51 @@ def _check_cache(q: _Projection, k: _Projection, v: _Projection, probe: _Probe, 
     return [k.cache, v.cache]
 
 
+def _check_past(q: _Projection, k: _Projection, v: _Projection, probe: _Probe, heads: dict, products):
+    """(past, the nodes of the cache path, the present value or None), None without a past, or why
+    the cache does not fit Attention's past (2, B, N, P, H) / present (2, B, N, P+S, H)."""
+    if q.past is None and k.past is None and v.past is None:
+        return None
+    if q.past is not None or k.past is None or v.past is None:
+        return "only one of key and value is concatenated onto a past (or the query is)"
+    (k_concat, k_side), (v_concat, v_side) = k.past, v.past
+    if k_side.past is not v_side.past or (k_side.index, v_side.index) != (0, 1):
+        return "key and value are not entries 0 and 1 of one stacked past"
+    if v_side.swapped:
+        return "the past value is transposed; Attention's past holds it as [batch, heads, past, head_size]"
+    num_heads, head_size = heads["K"][0], heads["K"][1]
+    dims = k_side.past.shape
+    if any(isinstance(d, int) and d != want for d, want in ((dims[2], num_heads), (dims[4], head_size))):
+        return f"the past '{k_side.past.name}' is {[str(d) for d in dims]}, not (2, batch, {num_heads}, past, {head_size})"
+    ends = []
+    for role, path, concat, side, product in (("K", k, k_concat, k_side, products[0]), ("V", v, v_concat, v_side, products[1])):
+        at = path.chain.index(concat)
+        prefix = _Projection(path.x, path.weight, path.bias, path.linear_nodes, path.chain[:at], path.picks, 1.0, [])
+        found = probe.head_columns(prefix, key_layout=side.swapped)
+        if isinstance(found, str) or found[0] != heads[role][0] or not np.array_equal(found[2], heads[role][2]):
+            return f"the new {role} does not reach {describe(concat)} as {role} per head in the past's layout"
+        if concat_axis(concat) != (3 if side.swapped else 2):
+            return f"{describe(concat)} joins axis {attr(concat, 'axis')}, not the sequence axis of the past"
+        inside = {id(n) for n in path.nodes} | {id(product)}
+        onward = next((u for u in consumers(concat.outputs[0]) if id(u) in inside), None)
+        end = present_of(concat, onward, side.swapped)
+        if isinstance(end, str):
+            return end
+        ends.append(end)
+    nodes = k_side.nodes + v_side.nodes
+    if ends == [None, None]:
+        return k_side.past, nodes, None
+    if None in ends or ends[0][1] is not ends[1][1] or (ends[0][2], ends[1][2]) != (0, 1):
+        return "the present does not stack the concatenated key and value as (key, value) on a new first axis"
+    return k_side.past, nodes + ends[0][0] + ends[1][0] + [ends[0][1]], ends[0][1].outputs[0]
+
+
+def _reads_block(value: ir.Value, block: list[ir.Node]) -> bool:
+    """Whether `value` is computed from an output of `block` (a Shape of the scores, say)."""
+    inside = {id(n) for n in block}
+    return _ancestor(value, lambda node: id(node) in inside) is not None
+
+
 def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
     """(scores, mask) for the Add before Softmax: scores are the side that reaches the Q·Kᵀ MatMul."""
     for scores, mask in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
@@ -639,7 +736,12 @@ def _expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
     return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")
 
 
-def _custom_ancestor(value: ir.Value, limit: int = 64) -> ir.Node | None:
+def _custom_ancestor(value: ir.Value) -> ir.Node | None:
+    return _ancestor(value, is_custom)
+
+
+def _ancestor(value: ir.Value, wanted, limit: int = 64) -> ir.Node | None:
+    """The first of the nodes computing `value` (up to `limit` of them) for which `wanted` holds."""
     seen: set[int] = set()
     stack = [producer(value)]
     while stack and len(seen) < limit:
@@ -647,7 +749,7 @@ def _custom_ancestor(value: ir.Value, limit: int = 64) -> ir.Node | None:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        if is_custom(node):
+        if wanted(node):
             return node
         stack.extend(producer(v) for v in node.inputs)
     return None
@@ -672,15 +774,36 @@ class _Probe:
         self.x = x
 
     @classmethod
-    def for_heads(cls, q4: ir.Value) -> _Probe:
-        """A probe whose batch and sequence are those of Q in heads, [B, N, S, H]."""
+    def scores_ints(cls, score_values: list[ir.Value]):
+        """ints(value, queries, keys) with the attention scores [batch, heads, queries, keys]: the
+        causal mask's slice bounds are computed from their shape."""
+
+        def ints(value: ir.Value, queries: int, keys: int):
+            probe = cls.__new__(cls)
+            probe.batch, probe.seq, probe.symbols, probe.x = PROBE_BATCH, queries, {}, None
+            probe.shapes = {id(v): (PROBE_BATCH, PROBE_HEADS, queries, keys) for v in score_values}
+            return probe.ints(value)
+
+        return ints
+
+    @classmethod
+    def for_heads(cls, graph: ir.Graph, q4: ir.Value, num_heads: int, head_size: int) -> _Probe:
+        """A probe whose batch and sequence are those of Q in heads, [B, N, S, H].
+
+        Where Q's batch or sequence is symbolic, the probe takes the sizes of the graph inferred
+        with its inputs pinned (shape_probe), and reads any other shape it needs from there too.
+        """
         dims = list(q4.shape)
         probe = cls.__new__(cls)
-        probe.batch = dims[0] if isinstance(dims[0], int) else PROBE_BATCH
-        probe.seq = dims[2] if isinstance(dims[2], int) else PROBE_SEQ
+        probe.pinned = {}
+        if not isinstance(dims[0], int) or not isinstance(dims[2], int):
+            probe.pinned = pinned_shapes(graph, q4)[0]
+        pinned = probe.pinned.get(q4.name)
+        probe.batch = dims[0] if isinstance(dims[0], int) else pinned[0] if pinned else PROBE_BATCH
+        probe.seq = dims[2] if isinstance(dims[2], int) else pinned[2] if pinned else PROBE_SEQ
         probe.symbols = {str(d): size for d, size in ((dims[0], probe.batch), (dims[2], probe.seq))
                          if d is not None and not isinstance(d, int)}
-        probe.shapes = {id(q4): (probe.batch, dims[1], probe.seq, dims[3])}
+        probe.shapes = {id(q4): (probe.batch, num_heads, probe.seq, head_size)}
         probe.x = q4
         return probe
 
@@ -819,6 +942,8 @@ class _Probe:
     def _shape_of(self, value: ir.Value) -> tuple[int, ...] | None:
         if id(value) in self.shapes:
             return self.shapes[id(value)]
+        if value.name in getattr(self, "pinned", {}):  # consistent with batch and seq (for_heads)
+            return self.pinned[value.name]
         if value.shape is None:
             return None
         dims = []
@@ -830,6 +955,18 @@ class _Probe:
             else:
                 return None
         return tuple(dims)
+
+
+def _heads_dims(graph: ir.Graph, value: ir.Value) -> list[int | str | None]:
+    """A rank-4 value's dims, the symbolic ones replaced by the number the graph fixes them to
+    (TorchScript's Llama leaves the heads of view(batch, seq, -1, head_size) symbolic)."""
+    dims = list(value.shape) if value.shape is not None else [None] * 4
+    if isinstance(dims[1], int) and isinstance(dims[3], int):
+        return dims
+    fixed = constant_dims(graph, value)
+    if fixed is None or len(fixed) != 4:
+        return dims
+    return [d if isinstance(d, int) else (f if f is not None else d) for d, f in zip(dims, fixed, strict=True)]
 
 
 def _reshape_dims(shape, target: np.ndarray, node: ir.Node) -> list[int] | None:
@@ -884,9 +1021,11 @@ def _data_consumer(value: ir.Value) -> ir.Node | None:
 # --- removing the shape arithmetic only this block used ------------------------------------
 
 
-def _dead_helpers(core: list[ir.Node]) -> list[ir.Node]:
-    """Shape/Constant nodes that feed only the matched block (they die with it)."""
+def _dead_helpers(core: list[ir.Node], kept: list[ir.Value | None] = ()) -> list[ir.Node]:
+    """Shape/Constant nodes that feed only the matched block (they die with it), except those
+    computing `kept`: values the fused op still reads (a masked_fill's condition)."""
     inside = {id(n) for n in core}
+    kept_ids = {id(v) for v in kept if v is not None}
     candidates: dict[int, ir.Node] = {}
     stack: list[ir.Node] = []
     for node in core:
@@ -909,6 +1048,9 @@ def _dead_helpers(core: list[ir.Node]) -> list[ir.Node]:
             stack += [u for u in consumers(value) if u.op_type in SHAPE_OPS]
         if not is_op(node, "Shape"):
             stack += [p for p in (producer(v) for v in node.inputs) if p is not None]
+    for key, node in list(candidates.items()):
+        if any(id(v) in kept_ids for v in node.outputs):
+            del candidates[key]
     changed = True
     while changed:
         changed = False

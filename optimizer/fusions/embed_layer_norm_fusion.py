@@ -17,11 +17,12 @@ from the LayerNormalization, and the op's mask_index output is created but left 
 (ONNX Runtime's C++ fusion does not fold the attention mask in either).
 
 Where the positions come from differs. ONNX Runtime recognises the Shape/Expand/Range
-subgraphs of 2020-era exports, or a constant, and then drops the position ids (the op counts
-0..S-1 by itself). Today's exporters slice a `position_ids` buffer instead, a subgraph ONNX
-Runtime does not know, so its fusion never fires on them. We pass whatever computes the ids
-as the op's optional position_ids input, which reproduces the graph exactly for any ids of
-shape (batch, seq) or (1, seq); only a constant 0..S-1 is dropped, as ONNX Runtime does.
+subgraphs of 2020-era exports (Range(0, S), or NonZero(ConstantOfShape([S], 1)) below opset 11),
+or a constant, and then drops the position ids (the op counts 0..S-1 by itself). Today's
+exporters slice a `position_ids` buffer instead, a subgraph ONNX Runtime does not know, so its
+fusion never fires on them. We pass whatever computes the ids as the op's optional position_ids
+input, which reproduces the graph exactly for any ids of shape (batch, seq) or (1, seq); a count
+0..S-1 (those subgraphs, unexpanded as TorchScript's GPT-2 writes it, or a constant) is dropped.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from optimizer.match import (
     producer,
     rank,
     static_shape,
+    through_noop_casts,
     value_name,
 )
 from optimizer.rule import Match, Rule, fail
@@ -142,10 +144,14 @@ class EmbedLayerNormFusion(Rule):
         # embedding_sum output provides it (ONNX Runtime's Python fusion does the same).
         embedding_sum = ln_add.outputs[0]
         keep_sum = embedding_sum.is_graph_output() or any(user is not ln for user, _ in embedding_sum.uses())
+        # TorchScript's GPT-2 reads the batch and sequence sizes off the word lookup: the fused
+        # output has its shape (the other lookups broadcast onto it), so those Shapes read that.
+        shape_readers = [u for u in consumers(word.outputs[0]) if is_op(u, "Shape")]
         return Match(
-            nodes=[*gathers, *adds, ln],
-            outputs=[ln.outputs[0], embedding_sum] if keep_sum else [ln.outputs[0]],
+            nodes=[*gathers, *adds, *shape_readers, ln],
+            outputs=[ln.outputs[0], *([embedding_sum] if keep_sum else []), *(u.outputs[0] for u in shape_readers)],
             captures={
+                "shape_readers": shape_readers,
                 "input_ids": input_ids,
                 "segment_ids": segment_ids,
                 "position_ids": position_ids,
@@ -235,7 +241,9 @@ class EmbedLayerNormFusion(Rule):
             num_outputs=3 if match.keep_sum else 2,
             name=base,
         )
-        return [outputs[0], outputs[2]] if match.keep_sum else outputs[0]
+        shapes = [op.op("Shape", [outputs[0]], {k: a.value for k, a in reader.attributes.items()},
+                        name=f"{base}/{reader.name or 'Shape'}") for reader in match.captures.get("shape_readers", [])]
+        return [outputs[0], *([outputs[2]] if match.keep_sum else []), *shapes]
 
 
 def _embedding_tree(ln_add: ir.Node):
@@ -250,6 +258,10 @@ def _embedding_tree(ln_add: ir.Node):
             values += list(node.inputs)
         else:
             values.append(value)
+    # TorchScript's GPT-2 casts the position lookup to the float it already is; those Casts go too.
+    peeled = [through_noop_casts(v) for v in values]
+    values = [v for v, _ in peeled]
+    adds += [cast for _, casts in peeled for cast in casts]
     folded = [v for v in values if const_array(v) is not None and rank(v) == 3]
     leaves = [producer(v) for v in values if not any(v is f for f in folded)]
     if len(folded) > 1 or not all(is_op(leaf, "Gather") for leaf in leaves) or len(values) not in (2, 3):
@@ -325,21 +337,60 @@ def _is_expanded_default_positions(position_ids: ir.Value, input_ids: ir.Value) 
     drops them (its EmbedLayerNormFusion formats 3 to 9).
     """
     expand = producer(position_ids)
-    if not is_op(expand, "Expand") or _vector_length(expand.inputs[1]) != 2:
-        return False
-    positions = expand.inputs[0]
+    if is_op(expand, "Expand"):
+        if _vector_length(expand.inputs[1]) != 2:
+            return False
+        positions = expand.inputs[0]
+    else:  # one row [1, S] that the lookup's sum broadcasts over the batch (TorchScript's GPT-2)
+        positions = position_ids
     if _is_default_positions(positions, input_ids):
         return True
     unsqueeze = producer(positions)
     if is_op(unsqueeze, "Unsqueeze"):
-        axes = attr(unsqueeze, "axes")
-        axes = axes if axes is not None else const_array(unsqueeze.inputs[1] if len(unsqueeze.inputs) > 1 else None)
-        if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] != [0]:
+        if _axes(unsqueeze) != [0]:
             return False
         positions = unsqueeze.inputs[0]
+    if is_op(producer(positions), "Cast"):  # positions counted in another integer type
+        positions = producer(positions).inputs[0]
     counter = producer(positions)
-    return (is_op(counter, "Range") and _scalar_is(counter.inputs[0], 0) and _scalar_is(counter.inputs[2], 1)
-            and _is_sequence_length(counter.inputs[1], input_ids))
+    if is_op(counter, "Range"):
+        return (_scalar_is(counter.inputs[0], 0) and _scalar_is(counter.inputs[2], 1)
+                and _is_sequence_length(counter.inputs[1], input_ids))
+    return _is_nonzero_count(positions, input_ids)
+
+
+def _is_nonzero_count(positions: ir.Value, input_ids: ir.Value) -> bool:
+    """Squeeze(Transpose(NonZero(ConstantOfShape([S], value != 0))), axis 1): 0..S-1.
+
+    PyTorch's exporter writes arange this way below opset 11, which has no Range: the indices of
+    the non-zero elements of S ones. With value 0 (ConstantOfShape's default) there are none and
+    the positions are empty, so the value is checked.
+    """
+    squeeze = producer(positions)
+    if not is_op(squeeze, "Squeeze") or _axes(squeeze) != [1]:
+        return False
+    transpose = producer(squeeze.inputs[0])
+    if not is_op(transpose, "Transpose") or list(attr(transpose, "perm", None) or [1, 0]) != [1, 0]:
+        return False
+    nonzero = producer(transpose.inputs[0])
+    fill = producer(nonzero.inputs[0]) if is_op(nonzero, "NonZero") else None
+    if not is_op(fill, "ConstantOfShape"):
+        return False
+    value = attr(fill, "value", None)
+    if value is None or not np.all(np.asarray(value) != 0):
+        return False
+    shape = fill.inputs[0]
+    node = producer(shape)
+    if is_op(node, "Unsqueeze") and _axes(node) == [0]:
+        return _is_sequence_length(node.inputs[0], input_ids)
+    return _vector_length(shape) == 1 and _is_sequence_length(shape, input_ids)
+
+
+def _axes(node: ir.Node) -> list[int] | None:
+    axes = attr(node, "axes")
+    if axes is None and len(node.inputs) > 1:
+        axes = const_array(node.inputs[1])
+    return None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
 
 
 def _scalar_is(value: ir.Value | None, expected: int) -> bool:
@@ -373,7 +424,12 @@ def _is_sequence_length(value: ir.Value, input_ids: ir.Value) -> bool:
     if not is_op(node, "Gather") or not _scalar_is(node.inputs[1], 1):
         return False
     shape = producer(node.inputs[0])
-    return is_op(shape, "Shape") and shape.inputs[0] is input_ids and not shape.attributes
+    if not is_op(shape, "Shape") or shape.attributes:
+        return False
+    # dimension 1 of the ids, or of their lookup (Gather along rows keeps the ids' leading dims)
+    lookup = producer(shape.inputs[0])
+    return shape.inputs[0] is input_ids or (
+        is_op(lookup, "Gather") and lookup.inputs[1] is input_ids and int(attr(lookup, "axis", 0)) == 0)
 
 
 def _as_int32(op: ir.tape.Tape, ids: ir.Value | None, name: str) -> ir.Value | None:

@@ -912,7 +912,9 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
     token_type_ids: all-zero ids from a buffer, picked by position and expanded to the batch).
     `position`: "slice" (today's exporters: Slice of a [1, P] position_ids buffer to the
     sequence length of input_ids), "constant" (a [1, S] constant 0..S-1), "range" (Range(0, seq)
-    expanded to the shape of input_ids, as 2020-era exports built them), or "input" (a third
+    expanded to the shape of input_ids, as 2020-era exports built them), "nonzero" (the same count as
+    NonZero(ConstantOfShape([S], 1)), PyTorch's arange below opset 11; "nonzero_of_zeros" with
+    ConstantOfShape's default 0, which counts nothing), or "input" (a third
     graph input, so position and segment ids can't be told apart). The Attention is
     com.microsoft.Attention, as AttentionFusion leaves it.
     """
@@ -944,6 +946,24 @@ def embed_layer_norm(*, segment=True, position="slice", attention=True, sum_cons
             helper.make_node("Range", ["/emb/r_start", "/emb/seq_len", "/emb/r_step"], ["/emb/range"], name="/emb/r/Range"),
             helper.make_node("Unsqueeze", ["/emb/range", "/emb/r_axes"], ["/emb/range_row"], name="/emb/r/Unsqueeze"),
             helper.make_node("Expand", ["/emb/range_row", "/emb/ids_shape_r"], ["/emb/pos_ids"], name="/emb/r/Expand"),
+        ]
+        position_ids = "/emb/pos_ids"
+    elif position in ("nonzero", "nonzero_of_zeros"):  # PyTorch's arange below opset 11: NonZero of S ones
+        fill = numpy_helper.from_array(np.array([1 if position == "nonzero" else 0], np.int64), "value")
+        inits += [numpy_helper.from_array(np.array(1, np.int64), "/emb/n_one"),
+                  numpy_helper.from_array(np.array([0], np.int64), "/emb/n_axes0"),
+                  numpy_helper.from_array(np.array([1], np.int64), "/emb/n_axes1")]
+        nodes += [
+            helper.make_node("Shape", ["input_ids"], ["/emb/ids_shape_n"], name="/emb/n/Shape"),
+            helper.make_node("Gather", ["/emb/ids_shape_n", "/emb/n_one"], ["/emb/n_seq"], name="/emb/n/Gather", axis=0),
+            helper.make_node("Unsqueeze", ["/emb/n_seq", "/emb/n_axes0"], ["/emb/n_seq_1d"], name="/emb/n/Unsqueeze"),
+            helper.make_node("ConstantOfShape", ["/emb/n_seq_1d"], ["/emb/n_ones"], name="/emb/n/ConstantOfShape",
+                             value=fill),
+            helper.make_node("NonZero", ["/emb/n_ones"], ["/emb/n_nonzero"], name="/emb/n/NonZero"),
+            helper.make_node("Transpose", ["/emb/n_nonzero"], ["/emb/n_t"], name="/emb/n/Transpose", perm=[1, 0]),
+            helper.make_node("Squeeze", ["/emb/n_t", "/emb/n_axes1"], ["/emb/n_range"], name="/emb/n/Squeeze"),
+            helper.make_node("Unsqueeze", ["/emb/n_range", "/emb/n_axes0"], ["/emb/n_row"], name="/emb/n/Unsqueeze_1"),
+            helper.make_node("Expand", ["/emb/n_row", "/emb/ids_shape_n"], ["/emb/pos_ids"], name="/emb/n/Expand"),
         ]
         position_ids = "/emb/pos_ids"
     elif position == "constant":

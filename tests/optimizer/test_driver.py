@@ -147,3 +147,19 @@ def test_custom_op_inside_a_pattern_is_reported_as_a_fusion_barrier():
         "input of com.microsoft.Gelu '/mlp/Gelu' comes from my.ops.Scale '/mlp/Scale' "
         "(custom op, a fusion barrier), not Add"
     )
+
+
+def test_a_dead_chain_goes_whole_when_the_model_lists_its_nodes_out_of_order():
+    # ONNX Runtime's embed_layer_norm_format8.onnx lists a Shape -> Gather after the Range reading
+    # it; the unused-node sweep runs from the back, so it has to see the graph sorted first.
+    nodes = [
+        helper.make_node("Range", ["start", "length", "step"], ["positions"], name="/Range"),
+        helper.make_node("Relu", ["x"], ["y"], name="/Relu"),
+        helper.make_node("Shape", ["x"], ["shape"], name="/Shape"),
+        helper.make_node("Gather", ["shape", "one"], ["length"], name="/Gather", axis=0),
+    ]
+    scalars = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("start", 0), ("step", 1), ("one", 1))]
+    graph = helper.make_graph(nodes, "unsorted", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s"])], scalars)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert optimize(model, "basic").report.ops_after == {"Relu": 1}

@@ -281,15 +281,24 @@ def test_embed_layer_norm_folds_a_constant_segment_row_into_the_position_table()
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
-def test_embed_layer_norm_drops_range_positions_as_the_ops_default():
+@pytest.mark.parametrize("position", ["range", "nonzero"])
+def test_embed_layer_norm_drops_counted_positions_as_the_ops_default(position):
     # ONNX Runtime's formats 3-9: Range(0, Shape(input_ids)[1]) expanded to the ids' shape is
-    # 0..S-1 on every row, what the op computes without position ids.
-    model = patterns.embed_layer_norm(position="range")
+    # 0..S-1 on every row, what the op computes without position ids; formats 2 and 4 count with
+    # NonZero(ConstantOfShape([S], 1)), PyTorch's arange below opset 11.
+    model = patterns.embed_layer_norm(position=position)
     optimized, report = _optimize(model)
     assert report.fusions == {"com.microsoft.EmbedLayerNormalization": 1}
     assert report.ops_after == {"Cast": 2, "com.microsoft.Attention": 1, "com.microsoft.EmbedLayerNormalization": 1}
     assert len(_node(optimized, "EmbedLayerNormalization").input) == 7
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
+
+
+def test_embed_layer_norm_keeps_nonzero_of_zeros_as_position_ids():
+    # ConstantOfShape's default value is 0: NonZero finds no index, these are not 0..S-1.
+    optimized, report = _optimize(patterns.embed_layer_norm(position="nonzero_of_zeros"))
+    assert report.ops_after["NonZero"] == 1
+    assert len(_node(optimized, "EmbedLayerNormalization").input) == 9
 
 
 def test_embed_layer_norm_without_segment_embedding():
@@ -352,7 +361,7 @@ FIXTURE_COUNTS = {
     "bert_torchscript_opset14": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
     "bert_eager_torchscript_opset14": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
     "bert_dynamo_opset20": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
-    "gpt2_torchscript_opset14": {"LayerNormalization": 3, "SkipLayerNormalization": 2, "EmbedLayerNormalization": 0},
+    "gpt2_torchscript_opset14": {"LayerNormalization": 2, "SkipLayerNormalization": 2, "EmbedLayerNormalization": 1},
     "gpt2_dynamo_opset20": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
     # Batch 1, sequence 16. The pinned file's residual Adds join [1, 16, 64] with a batch that
     # shape inference first names unk__0; folding its shape arithmetic proves it is 1.

@@ -1,0 +1,83 @@
+"""AttentionFusion on GPT-2's attention with a key/value past (tests/models/past_attention.py).
+
+The fused com.microsoft.Attention takes the stacked past, returns the stacked present, and carries
+the causal mask as `unidirectional`; onnxruntime (optimizations off) on the original graph is the
+oracle, for the optimized graph in onnxruntime and for our own executor, at every level.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runtime
+from optimizer import optimize
+from tests.models.past_attention import gpt2_past_attention, past_feeds
+from tests.oracle import ATOL, RTOL, assert_same_outputs, run_onnxruntime
+
+# (past, new) positions: a prompt after a past, a first prompt, one generated token
+STEPS = [(3, 4), (0, 4), (5, 1)]
+
+
+def _attention(model):
+    [node] = [n for n in model.graph if n.op_type == "Attention"]
+    return node
+
+
+def test_the_past_goes_in_and_the_present_comes_out_of_attention():
+    result = optimize(gpt2_past_attention(), "extended")
+    assert result.report.fusions == {"com.microsoft.Attention": 1}
+    node = _attention(result.model)
+    assert node.attributes["unidirectional"].value == 1
+    assert node.inputs[4].name == "past" and node.inputs[4].is_graph_input()
+    assert node.inputs[3].producer().op_type == "Cast"  # the raw attention_mask as mask_index, in int32
+    assert node.outputs[1].name == "present" and node.outputs[1].is_graph_output()
+    assert {n.op_type for n in result.model.graph} == {"Attention", "Cast"}  # the mask's int64 -> int32
+
+
+def test_a_bidirectional_buffer_is_no_mask():
+    node = _attention(optimize(gpt2_past_attention(buffer="ones"), "extended").model)
+    assert "unidirectional" not in node.attributes
+
+
+def test_without_a_present_attention_still_returns_one_for_onnxruntime():
+    # onnxruntime's Attention refuses a past without a present output; nothing reads it here.
+    node = _attention(optimize(gpt2_past_attention(present=False), "extended").model)
+    assert len(node.outputs) == 2 and not node.outputs[1].uses()
+
+
+VARIANTS = {
+    "causal": {},
+    "ones": {"buffer": "ones"},
+    "no_present": {"present": False},
+    "no_padding": {"padding": False},
+}
+
+
+@pytest.mark.parametrize("level", ["basic", "extended", "all"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_level_matches_onnxruntime_in_onnxruntime_and_in_our_executor(variant, level):
+    model = gpt2_past_attention(**VARIANTS[variant])
+    optimized = optimize(model, level)
+    session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
+    names = [o.name for o in model.graph.output]
+    for past, new in STEPS:
+        feeds = past_feeds(model, batch=2, past=past, seq=new)
+        assert_same_outputs(model, optimized, feeds)
+        expected = run_onnxruntime(model, feeds)
+        for name, got in zip(names, session.run(None, feeds), strict=True):
+            np.testing.assert_allclose(got, expected[name], rtol=RTOL, atol=ATOL, err_msg=f"{name}, past {past}")
+
+
+@pytest.mark.parametrize(
+    ("variant", "step", "reason"),
+    [
+        ({"buffer": "upper"}, "mask", "neither causal (j <= past + i) nor all visible"),
+        ({"past_first": False}, "projection", "puts the new keys/values before the past"),
+    ],
+)
+def test_a_past_attention_cannot_take_says_why(variant, step, reason):
+    report = optimize(gpt2_past_attention(**variant), "extended").report
+    assert "com.microsoft.Attention" not in report.fusions
+    [miss] = report.explain("AttentionFusion")
+    assert miss.step == step and reason in miss.reason, miss.reason
