@@ -41,9 +41,11 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
     config = config or settings
     url = database_url or config.database_url
     engine = make_engine(url)
+    read_engine = make_engine(url, sqlite_immediate=False) if engine.dialect.name == "sqlite" else engine
     services = Services(
         settings=config,
         session_factory=make_session_factory(engine),
+        read_session_factory=make_session_factory(read_engine),
         store=ModelStore(config.data_dir),
         upload_limits=upload_limits(config),
     )
@@ -72,6 +74,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         if worker is not None:
             worker.stop()
         engine.dispose()
+        read_engine.dispose()
 
     app = FastAPI(
         title="fusionwatch",

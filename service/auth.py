@@ -20,7 +20,7 @@ from fastapi import Depends, Request
 
 from service.errors import Forbidden, ServiceError, Unauthorized
 from service.models import Project
-from service.usecases.tokens import Principal, authenticate
+from service.usecases.tokens import Principal, authenticate, note_use, use_is_stale
 
 COOKIE = "fusionwatch_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -45,8 +45,11 @@ def principal_of(request: Request) -> Principal | None:
     principal = None
     if token is not None:
         services = request.app.state.services
-        with services.session_factory() as session, session.begin():
+        with services.read_session_factory() as session:
             principal = authenticate(session, token)
+        if principal is not None and use_is_stale(principal):
+            with services.session_factory() as session, session.begin():
+                note_use(session, principal)
         if principal is None:
             raise Unauthorized(f"the API token is unknown, revoked or malformed; {HOW_TO_GET_ONE}")
         if from_cookie and request.method not in SAFE_METHODS:

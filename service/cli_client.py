@@ -20,6 +20,7 @@ import math
 import os
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +104,11 @@ class Server:
         try:
             for path in models:
                 handles.append(("files", (path.name, path.open("rb"), "application/octet-stream")))
-            return self.request("POST", f"{API}/webhooks/ci", sign=True, data={"payload": payload}, files=handles)
+            # A fresh delivery id: should this request be retried (by a proxy, say), the server answers
+            # with the run it started the first time instead of measuring the commit twice.
+            delivery = {"X-Fusionwatch-Delivery": uuid.uuid4().hex}
+            return self.request("POST", f"{API}/webhooks/ci", sign=True, data={"payload": payload}, files=handles,
+                                headers=delivery)
         finally:
             for _, (_, handle, _) in handles:
                 handle.close()

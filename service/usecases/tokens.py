@@ -37,6 +37,7 @@ class Principal:
     scope: str
     project_id: int | None
     project_name: str | None
+    last_used_at: datetime | None = None
 
     @property
     def can_write(self) -> bool:
@@ -90,7 +91,8 @@ def revoke_token(session: Session, name: str) -> ApiToken:
 
 
 def authenticate(session: Session, token: str) -> Principal | None:
-    """The token's principal, or None when it is malformed, unknown or revoked (the caller says 401)."""
+    """The token's principal, or None when it is malformed, unknown or revoked (the caller says 401).
+    Only reads: every request asks, so it must not take a write lock (see `note_use`)."""
     if not _SHAPE.fullmatch(token):
         return None
     found = session.execute(
@@ -101,7 +103,14 @@ def authenticate(session: Session, token: str) -> Principal | None:
     if found is None or found[0].revoked_at is not None:
         return None
     row, project_name = found
-    now = datetime.now(UTC)
-    if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY:
-        session.execute(update(ApiToken).where(ApiToken.id == row.id).values(last_used_at=now))
-    return Principal(row.id, row.name, row.scope, row.project_id, project_name)
+    return Principal(row.id, row.name, row.scope, row.project_id, project_name, row.last_used_at)
+
+
+def use_is_stale(principal: Principal) -> bool:
+    last = principal.last_used_at
+    return last is None or datetime.now(UTC) - last > _TOUCH_EVERY
+
+
+def note_use(session: Session, principal: Principal) -> None:
+    """Record when the token was last used (shown by `fusionwatch token list`)."""
+    session.execute(update(ApiToken).where(ApiToken.id == principal.token_id).values(last_used_at=datetime.now(UTC)))

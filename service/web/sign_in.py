@@ -53,7 +53,7 @@ def read_login(request: Request, next: str = "/") -> Response:
 @sign_in_router.post("/login", response_class=HTMLResponse)
 def sign_in(request: Request, token: Annotated[str, Form()], next: Annotated[str, Form()] = "/") -> Response:
     services = request.app.state.services
-    with services.session_factory() as session, session.begin():
+    with services.read_session_factory() as session:
         principal = authenticate(session, token.strip())
     if principal is None:
         context = {"next": local_path(next), "error": "That token is unknown, revoked or mistyped."}

@@ -110,9 +110,10 @@ def test_a_project_token_writes_to_its_project_only(anonymous, migrated_database
     assert anonymous.get("/api/v1/projects/gpt2", headers=ci).status_code == 200
 
 
-def test_unknown_revoked_and_malformed_tokens_are_401(anonymous, migrated_database_url, monkeypatch):
+def test_unknown_revoked_and_malformed_tokens_are_401(anonymous, migrated_database_url, monkeypatch, session):
     token = make_token(migrated_database_url, "soon-gone")
     assert anonymous.get("/api/v1/projects", headers=_bearer(token)).status_code == 200
+    assert session.scalar(select(ApiToken.last_used_at).where(ApiToken.name == "soon-gone")) is not None
     monkeypatch.setattr(settings, "database_url", migrated_database_url)
     result = CliRunner().invoke(cli_app, ["token", "revoke", "soon-gone"])
     assert result.exit_code == 0, result.output
