@@ -51,10 +51,12 @@ from optimizer.fusions.attention_causal import causal_kind
 from optimizer.fusions.attention_past import PastSide, concat_axis, past_side, present_of
 from optimizer.match import (
     MS,
+    ancestor,
     attr,
     const_array,
     const_scalar,
     consumers,
+    custom_ancestor,
     describe,
     input_at,
     is_const,
@@ -638,7 +640,7 @@ def _check_past(q: _Projection, k: _Projection, v: _Projection, probe: _Probe, h
 def _reads_block(value: ir.Value, block: list[ir.Node]) -> bool:
     """Whether `value` is computed from an output of `block` (a Shape of the scores, say)."""
     inside = {id(n) for n in block}
-    return _ancestor(value, lambda node: id(node) in inside) is not None
+    return ancestor(value, lambda node: id(node) in inside) is not None
 
 
 def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
@@ -669,7 +671,7 @@ def _nan_guard(softmax: ir.Node) -> list[ir.Node] | None:
 def _check_mask(mask: ir.Value, num_heads: int) -> tuple[str, ir.Node | None] | None:
     """None when `mask` can be the fused op's attention_bias [B|1, 1|N, S, T]; else (reason, node)."""
     if rank(mask) is None:
-        barrier = _custom_ancestor(mask)
+        barrier = custom_ancestor(mask)
         if barrier is not None:
             return (f"mask path contains custom op {describe(barrier)}; its shape is unknown", barrier)
         return (f"the rank of mask '{mask.name}' is unknown", producer(mask))
@@ -736,23 +738,6 @@ def _expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
     return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")
 
 
-def _custom_ancestor(value: ir.Value) -> ir.Node | None:
-    return _ancestor(value, is_custom)
-
-
-def _ancestor(value: ir.Value, wanted, limit: int = 64) -> ir.Node | None:
-    """The first of the nodes computing `value` (up to `limit` of them) for which `wanted` holds."""
-    seen: set[int] = set()
-    stack = [producer(value)]
-    while stack and len(seen) < limit:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if wanted(node):
-            return node
-        stack.extend(producer(v) for v in node.inputs)
-    return None
 
 
 # --- the layout probe ----------------------------------------------------------------------

@@ -24,8 +24,20 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank, static_shape, value_name
+from optimizer.match import (
+    MS,
+    attr,
+    const_array,
+    custom_ancestor,
+    describe,
+    is_op,
+    producer,
+    rank,
+    static_shape,
+    value_name,
+)
 from optimizer.rule import Match, Rule, fail
+from optimizer.shape_probe import pinned_shapes
 
 FUSABLE_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
 LAYER_NORM_DEFAULT_EPSILON = 1e-5
@@ -57,7 +69,7 @@ class SkipLayerNormFusion(Rule):
         if dtype is not None and dtype not in FUSABLE_DTYPES:
             return fail("dtype", f"input of {describe(ln)} is {dtype.name.lower()}; {fused} takes float or float16")
 
-        failure = _check_residual(add, fused)
+        failure = _check_residual(graph, add, fused)
         if failure:
             return failure
         x, skip = add.inputs[0], add.inputs[1]
@@ -102,23 +114,31 @@ class SkipLayerNormFusion(Rule):
         return [outputs[0], outputs[3]]
 
 
-def _check_residual(add: ir.Node, fused: str):
+def _check_residual(graph: ir.Graph, add: ir.Node, fused: str):
     """Both residual inputs rank 3 with equal shapes: ONNX Runtime's SkipLayerNorm kernel doesn't broadcast."""
     shapes = []
     for value in add.inputs:
         value_rank = rank(value)
         if value_rank != 3:
             shown = "unknown rank" if value_rank is None else f"rank-{value_rank}"
-            return fail("residual", f"residual {describe(add)} has {shown} input '{value_name(value)}'; "
-                        f"{fused} needs rank 3 (batch, sequence, hidden)")
+            barrier = custom_ancestor(value)
+            why = (f" (shapes are lost at custom op {describe(barrier)}, which shape inference cannot see "
+                   "through)") if value_rank is None and barrier is not None else ""
+            return fail("residual", f"residual {describe(add)} has {shown} input '{value_name(value)}'{why}; "
+                        f"{fused} needs rank 3 (batch, sequence, hidden)", barrier)
         shapes.append(value.shape if value.shape is not None else static_shape(value))
-    for a, b in zip(shapes[0], shapes[1], strict=True):
-        # Differently named dimensions may differ at run time (one may be 1), so, as in ONNX
-        # Runtime, each dimension must be the same number or the same name.
-        if str(a) != str(b) or (a is None or b is None):
-            return fail("residual", f"inputs of residual {describe(add)} have shapes {_dims(shapes[0])} and "
-                        f"{_dims(shapes[1])}; {fused} does not broadcast")
-    return None
+    if all(str(a) == str(b) and a is not None for a, b in zip(shapes[0], shapes[1], strict=True)):
+        return None
+    # Differently named dimensions may differ at run time (one may be 1), so, as in ONNX Runtime,
+    # each dimension must be the same number or the same name, or, where an export names one size
+    # twice (TorchScript's GPT-2: the batch of the attention output and of the embeddings), be the
+    # same number in the graph inferred at two sets of input sizes (shape_probe).
+    first, second = pinned_shapes(graph, add.inputs[0])
+    pinned = [(first.get(v.name), second.get(v.name)) for v in add.inputs]
+    if None not in pinned[0] + pinned[1] and pinned[0] == pinned[1]:
+        return None
+    return fail("residual", f"inputs of residual {describe(add)} have shapes {_dims(shapes[0])} and "
+                f"{_dims(shapes[1])}; {fused} does not broadcast")
 
 
 def _split_bias(value: ir.Value):

@@ -25,8 +25,8 @@ EXTENDED: dict[str, dict[str, int]] = {
     "roberta_notype_torchscript_opset14.onnx": BERT,
     # The key/value cache becomes Attention's present output, split back into present_*.
     "gpt2_cache_torchscript_opset14.onnx": {
-        "LayerNormalization": 2, "Reshape": 1, f"{MS}Attention": 2, f"{MS}EmbedLayerNormalization": 1,
-        f"{MS}FastGelu": 2, f"{MS}SkipLayerNormalization": 2,
+        "Reshape": 1, f"{MS}Attention": 2, f"{MS}EmbedLayerNormalization": 1, f"{MS}FastGelu": 2,
+        f"{MS}SkipLayerNormalization": 4,
     },
     # Q and K pass the rotary embedding and K/V the grouped-query repeat after their projections:
     # attention fuses as MultiHeadAttention on the heads. TorchScript's export leaves the number of
