@@ -123,7 +123,8 @@ def _check_residual(graph: ir.Graph, add: ir.Node, fused: str):
             shown = "unknown rank" if value_rank is None else f"rank-{value_rank}"
             barrier = custom_ancestor(value)
             why = (f" (shapes are lost at custom op {describe(barrier)}, which shape inference cannot see "
-                   "through)") if value_rank is None and barrier is not None else ""
+                   "through; the model's value_info can declare its output's shape)"
+                   ) if value_rank is None and barrier is not None else ""
             return fail("residual", f"residual {describe(add)} has {shown} input '{value_name(value)}'{why}; "
                         f"{fused} needs rank 3 (batch, sequence, hidden)", barrier)
         shapes.append(value.shape if value.shape is not None else static_shape(value))

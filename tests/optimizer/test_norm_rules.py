@@ -500,8 +500,12 @@ def test_skip_layer_norm_after_a_custom_op_names_the_op_where_the_shape_was_lost
     assert miss.barrier == "my.ops.Scale"
     assert miss.reason == (
         "residual Add '/ln/ResidualAdd' has unknown rank input 'skip_scaled' (shapes are lost at custom op "
-        "my.ops.Scale '/custom/Scale' (custom op, a fusion barrier), which shape inference cannot see through); "
-        "SkipLayerNormalization needs rank 3 (batch, sequence, hidden)")
+        "my.ops.Scale '/custom/Scale' (custom op, a fusion barrier), which shape inference cannot see through; "
+        "the model's value_info can declare its output's shape); SkipLayerNormalization needs rank 3 "
+        "(batch, sequence, hidden)")
+    # the evidence it asks for: the custom op's output shape, declared
+    graph.value_info.append(onnx.helper.make_tensor_value_info("skip_scaled", onnx.TensorProto.FLOAT, patterns.NORM_SHAPE))
+    assert _optimize(model)[1].fusions == {"com.microsoft.SkipLayerNormalization": 1}
 
 
 def test_skip_layer_norm_where_an_export_names_one_batch_twice():
