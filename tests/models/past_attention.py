@@ -18,10 +18,12 @@ HEAD = HIDDEN // HEADS
 INT_MAX = np.iinfo(np.int64).max
 
 
-def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, padding=True, opset=13) -> onnx.ModelProto:
+def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, padding=True, key_layout="transposed",
+                        opset=13) -> onnx.ModelProto:
     """buffer: "causal" (lower triangle), "ones" (a bidirectional model), "upper" (not a mask
     Attention has); past_first=False concatenates the new keys before the past; present=False
-    leaves the present out."""
+    leaves the present out; key_layout="heads" concatenates K as [B, N, T, H] and transposes after
+    (the form onnxruntime's transpose optimizer leaves), instead of concatenating Kᵀ."""
     rng = np.random.default_rng(11)
 
     def init(name, array):
@@ -54,14 +56,25 @@ def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, paddi
         helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="/attn/Split", axis=2),
         *(helper.make_node("Reshape", [p, "split_heads"], [f"{p}_4d"], name=f"/attn/{p}/Reshape") for p in "qkv"),
         helper.make_node("Transpose", ["q_4d"], ["q_t"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
-        helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose", perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose",
+                         perm=[0, 2, 3, 1] if key_layout == "transposed" else [0, 2, 1, 3]),
         helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
         # the past: key stored [B, N, P, H], concatenated as Kᵀ; value as it is
         helper.make_node("Gather", ["past", "zero"], ["past_k"], name="/attn/past/GatherK", axis=0),
-        helper.make_node("Transpose", ["past_k"], ["past_kt"], name="/attn/past/TransposeK", perm=[0, 1, 3, 2]),
         helper.make_node("Gather", ["past", "one"], ["past_v"], name="/attn/past/GatherV", axis=0),
-        concat("past_kt", "k_t", "key_t", -1, "/attn/ConcatK"),
         concat("past_v", "v_t", "value", -2, "/attn/ConcatV"),
+    ]
+    if key_layout == "transposed":
+        nodes += [
+            helper.make_node("Transpose", ["past_k"], ["past_kt"], name="/attn/past/TransposeK", perm=[0, 1, 3, 2]),
+            concat("past_kt", "k_t", "key_t", -1, "/attn/ConcatK"),
+        ]
+    else:
+        nodes += [
+            concat("past_k", "k_t", "key", -2, "/attn/ConcatK"),
+            helper.make_node("Transpose", ["key"], ["key_t"], name="/attn/k/TransposeT", perm=[0, 1, 3, 2]),
+        ]
+    nodes += [
         helper.make_node("MatMul", ["q_t", "key_t"], ["qk"], name="/attn/MatMul"),
         helper.make_node("Div", ["qk", "sqrt_head"], ["scores"], name="/attn/Div"),
         # causal: rows T-S..T and columns 0..T of the triangle, S and T read from the scores
@@ -98,8 +111,10 @@ def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, paddi
     ]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN])]
     if present:
+        if key_layout == "transposed":
+            nodes.append(helper.make_node("Transpose", ["key_t"], ["key"], name="/attn/present/TransposeK",
+                                          perm=[0, 1, 3, 2]))
         nodes += [
-            helper.make_node("Transpose", ["key_t"], ["key"], name="/attn/present/TransposeK", perm=[0, 1, 3, 2]),
             helper.make_node("Unsqueeze", ["key", "axis0"], ["present_k"], name="/attn/present/UnsqueezeK"),
             helper.make_node("Unsqueeze", ["value", "axis0"], ["present_v"], name="/attn/present/UnsqueezeV"),
             helper.make_node("Concat", ["present_k", "present_v"], ["present"], name="/attn/present/Concat", axis=0),

@@ -51,6 +51,7 @@ VARIANTS = {
     "ones": {"buffer": "ones"},
     "no_present": {"present": False},
     "no_padding": {"padding": False},
+    "key_in_heads": {"key_layout": "heads"},
 }
 
 
@@ -59,6 +60,7 @@ VARIANTS = {
 def test_every_level_matches_onnxruntime_in_onnxruntime_and_in_our_executor(variant, level):
     model = gpt2_past_attention(**VARIANTS[variant])
     optimized = optimize(model, level)
+    assert optimized.report.fusions == ({} if level == "basic" else {"com.microsoft.Attention": 1})
     session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
     names = [o.name for o in model.graph.output]
     for past, new in STEPS:
