@@ -141,3 +141,66 @@ def past_feeds(model: onnx.ModelProto, batch: int, past: int, seq: int, seed: in
         else:
             raise AssertionError(f"past_feeds has no rule for input '{value.name}'")
     return feeds
+
+
+def hf_past_attention() -> onnx.ModelProto:
+    """The cache as Hugging Face models take it today: a past_key and a past_value [B, N, P, H]
+    per layer, the new key/value concatenated onto them (the results are the present outputs), and
+    the mask the exporter computes as an additive [B, 1, S, P+S] bias (here an input)."""
+    rng = np.random.default_rng(12)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((HIDDEN, 3 * HIDDEN)) * 0.3).astype(np.float32), "w_qkv"),
+        numpy_helper.from_array((rng.standard_normal(3 * HIDDEN) * 0.1).astype(np.float32), "b_qkv"),
+        numpy_helper.from_array(np.array([HIDDEN] * 3, np.int64), "qkv_sizes"),
+        numpy_helper.from_array(np.array([0, 0, HEADS, HEAD], np.int64), "split_heads"),
+        numpy_helper.from_array(np.array([0, 0, HIDDEN], np.int64), "merge_heads"),
+        numpy_helper.from_array(np.array(np.sqrt(HEAD), np.float32), "sqrt_head"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_qkv"], ["qkv_mm"], name="/attn/c_attn/MatMul"),
+        helper.make_node("Add", ["qkv_mm", "b_qkv"], ["qkv"], name="/attn/c_attn/Add"),
+        helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="/attn/Split", axis=2),
+        *(helper.make_node("Reshape", [p, "split_heads"], [f"{p}_4d"], name=f"/attn/{p}/Reshape") for p in "qkv"),
+        *(helper.make_node("Transpose", [f"{p}_4d"], [f"{p}_t"], name=f"/attn/{p}/Transpose", perm=[0, 2, 1, 3])
+          for p in "qkv"),
+        helper.make_node("Concat", ["past_key", "k_t"], ["present_key"], name="/attn/cache/ConcatK", axis=-2),
+        helper.make_node("Concat", ["past_value", "v_t"], ["present_value"], name="/attn/cache/ConcatV", axis=-2),
+        helper.make_node("Transpose", ["present_key"], ["key_t"], name="/attn/k/TransposeT", perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q_t", "key_t"], ["qk"], name="/attn/MatMul"),
+        helper.make_node("Div", ["qk", "sqrt_head"], ["scores"], name="/attn/Div"),
+        helper.make_node("Add", ["scores", "attention_bias"], ["masked"], name="/attn/Add"),
+        helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "present_value"], ["context"], name="/attn/MatMul_1"),
+        helper.make_node("Transpose", ["context"], ["context_t"], name="/attn/Transpose_out", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["context_t", "merge_heads"], ["y"], name="/attn/Reshape_out"),
+    ]
+    past = ["batch", HEADS, "past_seq", HEAD]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
+        helper.make_tensor_value_info("past_key", TensorProto.FLOAT, past),
+        helper.make_tensor_value_info("past_value", TensorProto.FLOAT, past),
+        helper.make_tensor_value_info("attention_bias", TensorProto.FLOAT, ["batch", 1, "seq", "total_seq"]),
+    ]
+    present = ["batch", HEADS, "total_seq", HEAD]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
+               helper.make_tensor_value_info("present_key", TensorProto.FLOAT, present),
+               helper.make_tensor_value_info("present_value", TensorProto.FLOAT, present)]
+    graph = helper.make_graph(nodes, "hf_past_attention", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def hf_past_feeds(batch: int, past: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Feeds for hf_past_attention: a causal bias over past + new keys; in the last row the first
+    key is padding (left-padded), when there is a past to pad."""
+    rng = np.random.default_rng(seed)
+    total = past + seq
+    visible = np.broadcast_to(np.arange(total)[None, :] <= past + np.arange(seq)[:, None], (batch, 1, seq, total)).copy()
+    if past:
+        visible[-1, :, :, 0] = False
+    bias = np.where(visible, 0.0, -1e9).astype(np.float32)
+    return {
+        "x": rng.standard_normal((batch, seq, HIDDEN)).astype(np.float32),
+        "past_key": rng.standard_normal((batch, HEADS, past, HEAD)).astype(np.float32),
+        "past_value": rng.standard_normal((batch, HEADS, past, HEAD)).astype(np.float32),
+        "attention_bias": bias,
+    }

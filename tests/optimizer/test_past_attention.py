@@ -12,7 +12,7 @@ import pytest
 
 import runtime
 from optimizer import optimize
-from tests.models.past_attention import gpt2_past_attention, past_feeds
+from tests.models.past_attention import gpt2_past_attention, hf_past_attention, hf_past_feeds, past_feeds
 from tests.oracle import ATOL, RTOL, assert_same_outputs, run_onnxruntime
 
 # (past, new) positions: a prompt after a past, a first prompt, one generated token
@@ -83,3 +83,21 @@ def test_a_past_attention_cannot_take_says_why(variant, step, reason):
     assert "com.microsoft.Attention" not in report.fusions
     [miss] = report.explain("AttentionFusion")
     assert miss.step == step and reason in miss.reason, miss.reason
+
+
+@pytest.mark.parametrize("level", ["extended", "all"])
+def test_a_hugging_face_cache_fuses_as_multi_head_attention_on_the_concatenated_heads(level):
+    # past_key / past_value [B, N, P, H] per layer: the Concats onto them stay (they are the
+    # present outputs), and attention over the concatenated heads becomes MultiHeadAttention.
+    model = hf_past_attention()
+    optimized = optimize(model, level)
+    assert optimized.report.fusions == {"com.microsoft.MultiHeadAttention": 1}
+    assert optimized.report.ops_after["Concat"] == 2
+    session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
+    names = [o.name for o in model.graph.output]
+    for past, new in STEPS:
+        feeds = hf_past_feeds(batch=2, past=past, seq=new)
+        assert_same_outputs(model, optimized, feeds)
+        expected = run_onnxruntime(model, feeds)
+        for name, got in zip(names, session.run(None, feeds), strict=True):
+            np.testing.assert_allclose(got, expected[name], rtol=RTOL, atol=ATOL, err_msg=f"{name}, past {past}")
