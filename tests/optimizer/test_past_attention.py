@@ -86,13 +86,18 @@ def test_a_past_attention_cannot_take_says_why(variant, step, reason):
 
 
 @pytest.mark.parametrize("level", ["extended", "all"])
-def test_a_hugging_face_cache_fuses_as_multi_head_attention_on_the_concatenated_heads(level):
-    # past_key / past_value [B, N, P, H] per layer: the Concats onto them stay (they are the
-    # present outputs), and attention over the concatenated heads becomes MultiHeadAttention.
+def test_a_hugging_face_cache_goes_into_multi_head_attention(level):
+    # past_key / past_value [B, N, P, H] per layer: the Concats onto them go into the fused op, as
+    # its past_key / past_value inputs and present_key / present_value outputs; the new K and V
+    # enter as the [B, S, hidden] they were split into heads from.
     model = hf_past_attention()
     optimized = optimize(model, level)
     assert optimized.report.fusions == {"com.microsoft.MultiHeadAttention": 1}
-    assert optimized.report.ops_after["Concat"] == 2
+    assert "Concat" not in optimized.report.ops_after
+    [node] = [n for n in optimized.model.graph if n.op_type == "MultiHeadAttention"]
+    assert [v.name for v in node.inputs[1:3]] == ["k", "v"]
+    assert [v.name for v in node.inputs[6:8]] == ["past_key", "past_value"]
+    assert [v.name for v in node.outputs[1:]] == ["present_key", "present_value"]
     session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
     names = [o.name for o in model.graph.output]
     for past, new in STEPS:
