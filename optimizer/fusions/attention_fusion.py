@@ -772,6 +772,7 @@ class _Probe:
                 self.symbols[str(dim)] = size
         self.shapes: dict[int, tuple[int, ...]] = {}  # id(value) -> probe shape
         self.x = x
+        self.pinned: dict[str, tuple[int, ...]] = {}  # shapes at pinned input sizes (for_heads)
 
     @classmethod
     def scores_ints(cls, score_values: list[ir.Value]):
@@ -780,7 +781,7 @@ class _Probe:
 
         def ints(value: ir.Value, queries: int, keys: int):
             probe = cls.__new__(cls)
-            probe.batch, probe.seq, probe.symbols, probe.x = PROBE_BATCH, queries, {}, None
+            probe.batch, probe.seq, probe.symbols, probe.x, probe.pinned = PROBE_BATCH, queries, {}, None, {}
             probe.shapes = {id(v): (PROBE_BATCH, PROBE_HEADS, queries, keys) for v in score_values}
             return probe.ints(value)
 
@@ -942,7 +943,7 @@ class _Probe:
     def _shape_of(self, value: ir.Value) -> tuple[int, ...] | None:
         if id(value) in self.shapes:
             return self.shapes[id(value)]
-        if value.name in getattr(self, "pinned", {}):  # consistent with batch and seq (for_heads)
+        if value.name in self.pinned:  # consistent with batch and seq (for_heads)
             return self.pinned[value.name]
         if value.shape is None:
             return None
