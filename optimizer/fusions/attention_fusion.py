@@ -205,7 +205,7 @@ class AttentionFusion(Rule):
         if isinstance(past, str):
             return fail("past", past)
         if past is not None:
-            past_value, past_nodes, present = past
+            _, past_nodes, present = past
             core += past_nodes
             presents = [present] if present is not None else []
         fill = packed_fill
@@ -751,8 +751,6 @@ def _expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
     seq = op.op("Gather", [shape, one], {"axis": 0}, name=f"{name}/seq")
     target = op.op("Concat", [one_one, seq, one], {"axis": 0}, name=f"{name}/mask_shape")
     return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")
-
-
 
 
 # --- the layout probe ----------------------------------------------------------------------
