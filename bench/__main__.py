@@ -8,8 +8,10 @@ Prints, per model:
     (runtime/kernel_choice.py), with the timings behind the choice at level all.
   - executor: median ms per level for ours and onnxruntime (ORT_SEQUENTIAL, same thread count,
     same level; timed in alternating blocks of two runs), the ratio against its target, our peak
-    bytes of live intermediates (session.peak_bytes), and our fusion speedup (disabled / all,
-    our two sessions timed in alternating blocks too).
+    bytes of live intermediates (session.peak_bytes), the machine's 1-minute load average before
+    and after, and our fusion speedup (disabled / all, our two sessions timed in alternating
+    blocks too). Every level runs on the kernel libraries the level-all session measured, so
+    that levels differ by their graphs only.
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
     (runtime/profile_table.py).
@@ -151,31 +153,46 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
 
     rows = {}
     choices = None
+    libraries = None  # the ones the level-all session (else the last level's) measured
     kept = {}  # our sessions at disabled and all, for the fusion speedup
-    for level in levels:
+    # The session whose choice every level runs on is created first, so that the levels differ
+    # by their graphs only: each level's graph has its own product shapes and would race the
+    # libraries on its own, and on a loaded machine two races can pick two libraries, which
+    # then shows as a fusion speedup (or loss) that is the libraries', not the fusions'.
+    first = "all" if "all" in levels else levels[-1]
+    for level in sorted(levels, key=lambda name: name != first):
         reference = ort_session(path, level, threads)
         feeds = feeds_for(reference)
-        ours = runtime.InferenceSession(
-            str(path), runtime.SessionOptions(graph_optimization_level=level, intra_op_num_threads=threads)
-        )
+        options = runtime.SessionOptions(graph_optimization_level=level, intra_op_num_threads=threads)
+        if libraries is not None:
+            options.kernel_libraries = libraries
+        ours = runtime.InferenceSession(str(path), options)
+        load_before = os.getloadavg()[0]
         our_ms, ort_ms = interleaved_medians(partial(ours.run, None, feeds), partial(reference.run, None, feeds), runs)
         rows[level] = {
             "ours_ms": our_ms, "ort_ms": ort_ms, "ratio": our_ms / ort_ms,
             "ours_peak_mb": ours.peak_bytes / 2**20,
             "libraries": ours.kernel_choices.libraries(),
+            "load_average": [load_before, os.getloadavg()[0]],  # 1-minute, before and after
         }
-        if level == "all" or choices is None:
+        if level == first:
             choices = ours.kernel_choices.as_dict()
+            libraries = ours.kernel_choices.libraries()
         if level in ("disabled", "all"):
             kept[level] = partial(ours.run, None, feeds)
         del ours, reference
+    rows = {level: rows[level] for level in levels}
     speedup = None
     if len(kept) == 2:
         # Timed against each other in alternating blocks, as ours and onnxruntime's are: the
         # per-level medians above come minutes apart, and a shared machine's speed drifts more
         # than that between them.
+        load_before = os.getloadavg()[0]
         disabled_ms, all_ms = interleaved_medians(kept["disabled"], kept["all"], runs)
-        speedup = disabled_ms / all_ms
+        speedup = {
+            "speedup": disabled_ms / all_ms, "disabled_ms": disabled_ms, "all_ms": all_ms,
+            "load_average": [load_before, os.getloadavg()[0]],
+        }  # fmt: skip
     return {"levels": rows, "fusion_speedup": speedup, "kernel_choices": choices}
 
 
@@ -241,7 +258,7 @@ def main() -> None:
     }
     print(
         f"machine: {cpu.model} ({cpu.vendor}), {machine['cores']} cores, {args.threads} threads, "
-        f"onnxruntime {ort.__version__}\n  vector extensions: {' '.join(cpu.extensions)}\n"
+        f"onnxruntime {ort.__version__}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n  vector extensions: {' '.join(cpu.extensions)}\n"
         f"  GEMM libraries loadable: {', '.join(machine['gemm_candidates'])}; each session times them "
         "on its model's shapes (runtime/kernel_choice.py)"
     )
@@ -260,19 +277,28 @@ def main() -> None:
         if not args.skip_runtime:
             executor = result["executor"] = bench_executor(path, args.threads, args.runs, args.levels)
             print(f"{name} — executor median ms ({args.runs} runs)")
-            print(f"  {'level':<9} {'ours':>9} {'ort':>9} {'ratio':>6} {'our peak MB':>12}  libraries (gemm, conv)")
+            print(
+                f"  {'level':<9} {'ours':>9} {'ort':>9} {'ratio':>6} {'our peak MB':>12} {'load avg':>10}"
+                "  libraries (gemm, conv)"
+            )
             for level, row in executor["levels"].items():
+                load = "{:.1f}-{:.1f}".format(*row["load_average"])
                 print(
                     f"  {level:<9} {row['ours_ms']:9.2f} {row['ort_ms']:9.2f} {row['ratio']:6.2f}"
-                    f" {row['ours_peak_mb']:12.1f}  {row['libraries'].get('gemm')}, {row['libraries'].get('conv')}"
+                    f" {row['ours_peak_mb']:12.1f} {load:>10}  {row['libraries'].get('gemm')}, {row['libraries'].get('conv')}"
                 )
             target = RATIO_TARGETS.get(name)
             if target is not None and "all" in executor["levels"]:
                 ratio = executor["levels"]["all"]["ratio"]
                 print(f"  ratio at all {ratio:.2f}: {'meets' if ratio <= target else 'MISSES'} the target <= {target}")
-            if executor["fusion_speedup"] is not None:
-                print(f"  fusion speedup (ours disabled / ours all, timed alternately): {executor['fusion_speedup']:.2f}"
-                      + (" (target >= 1.3)" if name == "bert_base" else ""))
+            fusion = executor["fusion_speedup"]
+            if fusion is not None:
+                print(
+                    f"  fusion speedup (ours disabled / ours all, timed alternately, both on the libraries chosen at"
+                    f" all): {fusion['disabled_ms']:.2f} / {fusion['all_ms']:.2f} = {fusion['speedup']:.2f}"
+                    + (" (target >= 1.3)" if name == "bert_base" else "")
+                    + " at load average {:.1f}-{:.1f}".format(*fusion["load_average"])
+                )
             choices = executor["kernel_choices"]
             print(f"  chosen at {'all' if 'all' in executor['levels'] else args.levels[-1]} on {cpu.model}: "
                   f"GEMMs on {describe_choice(choices['gemm'])}; convolutions on {describe_choice(choices['conv'])}")

@@ -10,7 +10,9 @@ each library this process can load is timed on the model's own shapes, and the f
   conv  channels-last convolutions (NhwcFusedConv, the layout level's): oneDNN, im2col + BLAS
 
 Candidates take turns, round after round, and each keeps its best time per shape, so a burst of
-load from another process on a shared machine costs all of them alike. A model whose products
+load from another process on a shared machine costs all of them alike. A GEMM candidate is timed
+with the one-thread pass that follows a product in a model (`_time_gemm`): a library whose
+workers spin after a product slows that pass down on a busy machine, and a model run pays it. A model whose products
 are too small to tell apart (or that has none with static shapes) gets the machine's choice on
 BERT-base's shapes instead. Every result is cached per machine (CPU model, its vector extensions,
 thread count, library versions, shapes) in `$FUSIONWATCH_CACHE_DIR/kernel_choices.json`
@@ -30,6 +32,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import threading
 import time
 import warnings
@@ -37,12 +40,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
-from runtime.kernels import gemm, libraries, onednn, onednn_matmul
+from runtime.kernels import compiled, gemm, libraries, onednn, onednn_matmul
 
 # Below this many GEMM FLOPs a run, a model's products take too little time to rank libraries
 # by; the machine's choice on REFERENCE_GEMM_SHAPES is used.
@@ -50,8 +54,8 @@ MIN_MEASURED_GEMM_FLOPS = 50e6
 # BERT-base at sequence 128: the QKV projection, the attention output, the MLP's two products.
 REFERENCE_GEMM_SHAPES = [(128, 768, 2304, 1), (128, 768, 768, 1), (128, 768, 3072, 1), (128, 3072, 768, 1)]
 MAX_SHAPES = 4  # the largest shapes by their share of a run's FLOPs; enough to rank libraries
-ROUNDS = 3  # per pass; two passes
-_SETTLE_S = 0.15  # before each block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
+ROUNDS = 8  # timed calls per candidate and shape; the median counts
+_SETTLE_S = 0.15  # before each candidate's block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
 DYNAMIC_ROWS = 128  # rows assumed for a product whose A has symbolic dimensions
 _VECTOR_EXTENSIONS = (
     "sse4_2",
@@ -66,12 +70,16 @@ _VECTOR_EXTENSIONS = (
 )
 _GEMM_OPS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("com.microsoft", "FusedGemm"),
              ("com.microsoft", "Attention")}  # fmt: skip
-# numpy's OpenBLAS must beat the others by 10% to be chosen: the race times products alone, but
-# in a model's run OpenBLAS's workers spin for ~0.1 s after each product, taking cores from the
-# compiled loops between products (runtime/kernels/gemm.py: BERT-base 124 -> 167 ms), and on a
-# loaded machine spinning workers lose far more than sleeping ones (ResNet-50's convolutions).
+# numpy's OpenBLAS must beat the others by 10% to be chosen: the race times each product with
+# one pass after it, but in a model's run OpenBLAS's workers spin for ~0.1 s after each product,
+# taking cores from all the compiled loops between products (runtime/kernels/gemm.py: BERT-base
+# 124 -> 167 ms), and on a loaded machine spinning workers lose far more than sleeping ones
+# (ResNet-50's convolutions).
 _HANDICAP = {"numpy": 1.1}
 _HANDICAP_NOTE = "10% (its workers spin between products)"
+# What a race times, per family; part of the cache key, so that a cached result measured another
+# way is measured again.
+_TIMED = {"gemm": "product, then a one-thread pass over its output", "conv": "convolution"}
 _cache_lock = threading.Lock()
 _SEEN: dict[tuple[str, str], dict] = {}  # this process's reads and measurements, by (cache file, key)
 
@@ -229,18 +237,38 @@ def _choose_gemm(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None)
 
 
 def _time_gemm(library: str, shape) -> Callable[[], object]:
-    """A call that runs one product of `shape` on `library`, its weight prepared beforehand."""
+    """A call that runs one product of `shape` on `library`, its weight prepared beforehand,
+    and then, on this thread alone, the pass a model runs over a product's output next (the
+    compiled bias-GELU loop, as a fused layer's MLP does; SkipLayerNormalization and the masked
+    softmax are such passes too).
+
+    Why the pass is timed with the product: it is where the libraries differ beyond their
+    GEMM speed. OpenBLAS's workers spin for ~0.1 s after each product, and on a machine with
+    more runnable threads than cores they take time from this thread's pass; MKL's and
+    oneDNN's sleep. Timed bare, OpenBLAS won BERT-base's race on the loaded 2-core Xeon
+    (85 ms against MKL's 112) and then ran the model 3x slower than MKL (805 against 268 ms,
+    fastest of 10 runs each); with the pass in the timing it loses there, as it should, and
+    on an idle machine, where the spinning worker has a core of its own, the pass costs every
+    library alike."""
     m, k, n, _ = shape
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    after = np.empty((m, n), np.float32)
     if library == "mkl-packed":
         weight = gemm.PackedWeight(b)
-        return lambda: gemm.matmul_packed(a, weight)
-    if library == "onednn":
+        product = partial(gemm.matmul_packed, a, weight)
+    elif library == "onednn":
         weight = onednn_matmul.MatMulWeight(b)
-        return lambda: weight.matmul(a)
-    return lambda: np.matmul(a, b)
+        product = partial(weight.matmul, a)
+    else:
+        product = partial(np.matmul, a, b)
+
+    def call():
+        compiled.bias_gelu_rows(product(), bias, after)
+
+    return call
 
 
 # ---- channels-last convolutions --------------------------------------------------------------
@@ -318,7 +346,8 @@ def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> Ker
     described = [list(_shape_key(s)) for s in shapes]
     key = json.dumps(
         {"cpu": cpu.model, "ext": cpu.extensions, "threads": threads, "family": family,
-         "candidates": {c: _version(c) for c in candidates}, "shapes": described},
+         "candidates": {c: _version(c) for c in candidates}, "shapes": described,
+         "timed": _TIMED[family]},
         sort_keys=True,
     )  # fmt: skip
     cache = _cache_path()
@@ -355,29 +384,41 @@ def _shape_key(shape) -> tuple:
 
 
 def _race(candidates, shapes, make_call) -> dict[str, float]:
-    """ms a run of `shapes` (each weighted by its count) takes on each candidate, best of ROUNDS.
+    """ms a run of `shapes` (each weighted by its count) takes on each candidate: per shape, the
+    median of ROUNDS timed calls.
 
     One candidate at a time, as a session runs one: timed in turn, call by call, each library's
     idle thread pool took cores from the next (oneDNN's products for a BERT-base layer measured
-    8.5 ms on their own and 15-18 when MKL's calls alternated with them). Two passes, the
-    second in reverse order, so that a change in the machine's load during the measurement
-    weighs on every candidate; each keeps its best time per shape. OpenBLAS's workers spin for a
-    while after each call, so every candidate's block starts after a pause.
+    8.5 ms on their own and 15-18 when MKL's calls alternated with them). So each round times
+    every candidate in a block of its own, after a pause (OpenBLAS's workers spin for a while
+    after each call) and an untimed call that wakes its threads; the order reverses from one
+    round to the next, so that a change in the machine's load during the measurement weighs on
+    every candidate alike.
+
+    The median, not the best time: a session pays for the typical call. On the loaded 2-core
+    Xeon, OpenBLAS's best products matched MKL's (BERT-base's fastest nodes summed to 139 ms
+    against 142) while its model runs took 956 ms at the median against MKL's 292: its threads
+    wait for each other by spinning, which on a machine with more runnable threads than cores
+    now and then stalls a product for a whole time slice. A best-of race chose it half the time.
     """
     calls = {c: [make_call(c, shape) for shape in shapes] for c in candidates}
-    best = {c: [math.inf] * len(shapes) for c in candidates}
-    for order in (candidates, candidates[::-1]):
-        for c in order:
+    samples: dict[str, list[list[float]]] = {c: [[] for _ in shapes] for c in candidates}
+    for index in range(ROUNDS):
+        for c in candidates if index % 2 == 0 else candidates[::-1]:
             time.sleep(_SETTLE_S)
-            for call in calls[c]:
-                call()  # wakes the library's threads (and, the first time, builds primitives)
-            for _ in range(ROUNDS):
-                for index, call in enumerate(calls[c]):
-                    started = time.perf_counter()
+            calls[c][0]()  # wakes the library's threads (and, the first time, builds primitives)
+            if index == 0:
+                for call in calls[c][1:]:
                     call()
-                    best[c][index] = min(best[c][index], time.perf_counter() - started)
+            for call, times in zip(calls[c], samples[c], strict=True):
+                started = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - started)
     weights = [shape[-1] for shape in shapes]
-    return {c: round(1e3 * sum(t * w for t, w in zip(best[c], weights, strict=True)), 4) for c in candidates}
+    return {
+        c: round(1e3 * sum(statistics.median(t) * w for t, w in zip(samples[c], weights, strict=True)), 4)
+        for c in candidates
+    }
 
 
 def _version(library: str) -> str:

@@ -12,11 +12,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from sqlalchemy.exc import OperationalError
 
 from service import migrate, web
 from service.api.deps import Services
 from service.api.routes import alerts, bisect, health, metrics, projects, results, runs, webhooks
+from service.auth import API_ACCESS, LoginRequired, login_url
 from service.core.config import Settings, settings
 from service.core.limits import load_limits, upload_limits
 from service.db import make_engine, make_session_factory
@@ -39,9 +41,11 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
     config = config or settings
     url = database_url or config.database_url
     engine = make_engine(url)
+    read_engine = make_engine(url, sqlite_immediate=False) if engine.dialect.name == "sqlite" else engine
     services = Services(
         settings=config,
         session_factory=make_session_factory(engine),
+        read_session_factory=make_session_factory(read_engine),
         store=ModelStore(config.data_dir),
         upload_limits=upload_limits(config),
     )
@@ -70,6 +74,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         if worker is not None:
             worker.stop()
         engine.dispose()
+        read_engine.dispose()
 
     app = FastAPI(
         title="fusionwatch",
@@ -81,8 +86,20 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
     app.state.worker = None
 
     @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, error: ServiceError) -> JSONResponse:
+    async def _service_error(request: Request, error: ServiceError) -> Response:
+        if isinstance(error, LoginRequired):
+            return RedirectResponse(login_url(error.next_url), status_code=303)
+        if not request.url.path.startswith(("/api/", "/metrics")):
+            return web.error_page(request, error)
         return JSONResponse({"detail": error.message}, status_code=error.status)
+
+    @app.exception_handler(OperationalError)
+    async def _database_unavailable(request: Request, error: OperationalError) -> JSONResponse:
+        # A restart or failover: the pool reconnects on the next request (pool_pre_ping), nothing was written.
+        reason = str(error.orig or error).strip().splitlines()[0][:300]
+        log.warning("database unavailable", extra={"path": request.url.path, "error": reason})
+        return JSONResponse({"detail": "the database is unavailable; try again shortly"}, status_code=503,
+                            headers={"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -90,11 +107,14 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()[:5]]
         return JSONResponse({"detail": "; ".join(problems), "errors": problems}, status_code=422)
 
-    for router in (health.router, projects.router, webhooks.router, results.router, runs.router, alerts.router,
-                   bisect.router, metrics.router):
+    # Health and the webhooks check their callers themselves (service/auth.py says who may do what).
+    for router in (health.router, webhooks.router):
         app.include_router(router, prefix="/api/v1")
-    app.include_router(metrics.router)  # Prometheus scrapes /metrics by default
-    app.include_router(web.router)  # the dashboard's pages, at /
+    for router in (projects.router, results.router, runs.router, alerts.router, bisect.router, metrics.router):
+        app.include_router(router, prefix="/api/v1", dependencies=API_ACCESS)
+    app.include_router(metrics.router, dependencies=API_ACCESS)  # Prometheus scrapes /metrics by default
+    app.include_router(web.sign_in_router)
+    app.include_router(web.router)  # the dashboard's pages, at /; PAGE_ACCESS on each
     return app
 
 

@@ -22,6 +22,7 @@ from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
 from service.cli_bisect import bisect_command
 from service.cli_client import submit_command
 from service.cli_measure import analyze_command, run_command
+from service.cli_tokens import token_app
 from service.console import stdout_console
 
 app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
@@ -190,6 +191,7 @@ def worker_command(
 
 db_app = typer.Typer(help="The service's database: apply or undo schema migrations.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(token_app, name="token")
 
 
 @db_app.command("upgrade")

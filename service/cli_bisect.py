@@ -21,6 +21,8 @@ import httpx
 import typer
 from rich.console import Console
 
+from service.cli_client import auth_headers
+
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
@@ -39,7 +41,7 @@ def bisect_command(
     """Find the commit that introduced a regression, measuring as few commits as bisection needs."""
     request = {"good": good, "bad": bad, "model": model, "engine": engine, "level": level, "kind": kind,
                "commits": git_commits_between(good, bad)}
-    with httpx.Client(base_url=server.rstrip("/"), timeout=60) as client:
+    with httpx.Client(base_url=server.rstrip("/"), timeout=60, headers=auth_headers()) as client:
         try:
             culprit = drive(client, project, request, lambda sha: run_step(cmd, sha))
         except BisectError as error:

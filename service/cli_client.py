@@ -5,14 +5,22 @@ of `fusionwatch run --server` (an engine's CI step), plus the tables both print.
 server over HTTP and, in tests, the app in-process (FastAPI's TestClient is an httpx.Client). Every
 failure to talk to the server — unreachable, timed out, an HTTP error — becomes one `ServerError` whose
 message names the request and, for a 4xx/5xx, the server's `detail`; the commands print it and exit 2.
+
+Credentials come from the environment, where CI systems keep secrets (never from arguments, which
+`ps` and shell histories show): FUSIONWATCH_TOKEN is sent as a bearer token, and when
+FUSIONWATCH_WEBHOOK_SECRET is set `submit` signs its delivery with it, as the project expects.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
+import os
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +39,7 @@ API = "/api/v1"
 # Alerts that fail an engine's CI step (`run --fail-on-regression`); a run's verdict is the server's.
 FAILING_KINDS = ("fusion-regression", "timing-regression")
 EXIT_REGRESSION, EXIT_ERROR = 1, 2
+TOKEN_ENV, SECRET_ENV = "FUSIONWATCH_TOKEN", "FUSIONWATCH_WEBHOOK_SECRET"
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -65,15 +74,20 @@ class Server:
     @classmethod
     def at(cls, server: str, timeout_s: float = 120.0) -> Server:
         # Uploads of large exports and a busy server's first answer can take a while; polls are short.
-        return cls(httpx.Client(base_url=origin(server), timeout=timeout_s))
+        return cls(httpx.Client(base_url=origin(server), timeout=timeout_s, headers=auth_headers()))
 
     def close(self) -> None:
         self.http.close()
 
-    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def request(self, method: str, path: str, sign: bool = False, **kwargs: Any) -> dict[str, Any]:
         where = f"{self.http.base_url}{path}"
         try:
-            response = self.http.request(method, path, **kwargs)
+            request = self.http.build_request(method, path, **kwargs)
+            secret = os.environ.get(SECRET_ENV, "")
+            if sign and secret:
+                digest = hmac.new(secret.encode(), request.read(), hashlib.sha256).hexdigest()
+                request.headers["X-Hub-Signature-256"] = f"sha256={digest}"
+            response = self.http.send(request)
         except httpx.TransportError as error:
             raise ServerError(f"cannot reach {where}: {error or type(error).__name__}") from error
         if response.status_code >= 400:
@@ -90,7 +104,11 @@ class Server:
         try:
             for path in models:
                 handles.append(("files", (path.name, path.open("rb"), "application/octet-stream")))
-            return self.request("POST", f"{API}/webhooks/ci", data={"payload": payload}, files=handles)
+            # A fresh delivery id: should this request be retried (by a proxy, say), the server answers
+            # with the run it started the first time instead of measuring the commit twice.
+            delivery = {"X-Fusionwatch-Delivery": uuid.uuid4().hex}
+            return self.request("POST", f"{API}/webhooks/ci", sign=True, data={"payload": payload}, files=handles,
+                                headers=delivery)
         finally:
             for _, (_, handle, _) in handles:
                 handle.close()
@@ -119,6 +137,11 @@ class Server:
 
     def post_results(self, document: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", f"{API}/results", json=finite(document))
+
+
+def auth_headers() -> dict[str, str]:
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _detail(response: httpx.Response) -> str:

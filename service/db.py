@@ -6,6 +6,7 @@ The schema itself belongs to `migrations/`; nothing here creates tables.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -62,3 +63,27 @@ def _sqlite_engine(database_url: str, immediate: bool) -> Engine:
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     # Objects stay readable after commit so a handler can build its response from what it stored.
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+class DatabaseOutage:
+    """How a long-running loop (the worker, its supervisor) rides out a database that went away: one
+    warning when it goes, one line when it is back, and waits growing from 0.5 s to 5 s in between
+    (pool_pre_ping then finds fresh connections)."""
+
+    FIRST_WAIT_S, LONGEST_WAIT_S = 0.5, 5.0
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._wait_s = 0.0
+
+    def wait_after(self, error: Exception) -> float:
+        if not self._wait_s:
+            reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0][:300]
+            self._log.warning("database unavailable; retrying", extra={"error": reason})
+        self._wait_s = min(self.LONGEST_WAIT_S, max(self.FIRST_WAIT_S, self._wait_s * 2))
+        return self._wait_s
+
+    def over(self) -> None:
+        if self._wait_s:
+            self._log.warning("database reachable again")
+            self._wait_s = 0.0

@@ -33,3 +33,7 @@ class Conflict(ServiceError):
 
 class Unauthorized(ServiceError):
     status = 401
+
+
+class Forbidden(ServiceError):
+    status = 403

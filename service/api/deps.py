@@ -20,6 +20,8 @@ class Services:
 
     settings: Settings
     session_factory: sessionmaker[Session]
+    # Sessions that only read: on SQLite their transactions never take the write lock (service/db.py).
+    read_session_factory: sessionmaker[Session]
     store: ModelStore
     upload_limits: UploadLimits
 

@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     max_attempts: int = 2
     # Python modules defining custom-op kernels for both engines (service/engines/custom_ops.py), comma-separated.
     custom_ops: str = ""
+    # Reading (the API's GETs, the dashboard) needs an API token unless this is true; writing always
+    # does (service/auth.py). `fusionwatch token create NAME` makes one.
+    public_read: bool = False
     # Seconds between the embedded worker's looks at the queue when it is idle.
     poll_interval_s: float = 0.5
 

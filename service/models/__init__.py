@@ -3,6 +3,7 @@
 
 from service.models.alert import Alert
 from service.models.alert_delivery import AlertDelivery
+from service.models.api_token import ApiToken
 from service.models.base import Base
 from service.models.commit import Commit
 from service.models.hook import Hook
@@ -19,6 +20,7 @@ from service.models.webhook_delivery import WebhookDelivery
 __all__ = [
     "Alert",
     "AlertDelivery",
+    "ApiToken",
     "Base",
     "Commit",
     "Hook",

@@ -52,7 +52,9 @@ def list_alerts(
     run_id: int | None = None,
     skip: int = 0,
     limit: int = 100,
+    states: tuple[str, ...] | None = None,
 ) -> tuple[list[Alert], int]:
+    """Newest first, with the total; `states` keeps any of several states (NEEDS_ATTENTION, say)."""
     if kind is not None and kind not in ALERT_KINDS:
         raise Invalid(f"kind must be one of {list(ALERT_KINDS)}, got {kind[:50]!r}")
     if state is not None and state not in ALERT_STATES:
@@ -64,11 +66,21 @@ def list_alerts(
         query = query.where(Alert.kind == kind)
     if state is not None:
         query = query.where(Alert.state == state)
+    if states is not None:
+        query = query.where(Alert.state.in_(states))
     if run_id is not None:
         query = query.where(Alert.run_id == run_id)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(query.order_by(Alert.id.desc()).offset(skip).limit(limit)).all()
     return list(rows), total
+
+
+def alert_project(session: Session, alert_id: int) -> Project:
+    """The project an alert belongs to (who may acknowledge it depends on it)."""
+    project = session.scalar(select(Project).join(Alert, Alert.project_id == Project.id).where(Alert.id == alert_id))
+    if project is None:
+        raise NotFound(f"no alert {alert_id}")
+    return project
 
 
 def acknowledge(session: Session, alert_id: int) -> Alert:

@@ -51,6 +51,8 @@ class ResultDiff:
     kernels: list[Change]  # largest absolute time changes first
     stopped_rules: list[str]  # rules whose fused op dropped
     near_misses: list[dict[str, Any]] = field(default_factory=list)  # those rules' near misses
+    stopped_entirely: bool = False  # every dropped fused op fell to zero: the rules stopped firing
+
 
     @property
     def fusions_changed(self) -> bool:
@@ -112,6 +114,7 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
         kernels=_kernel_changes(baseline.top_kernels if baseline else [], result.top_kernels),
         stopped_rules=stopped,
         near_misses=[m for m in result.near_misses if m.get("rule") in stopped],
+        stopped_entirely=bool(dropped) and all(not c.after for c in fusions if c.name in dropped),
     )
 
 

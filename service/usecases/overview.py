@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.models import Alert, Commit, Model, Project, Result, Run
-from service.models.vocabulary import LEVEL_NAMES
+from service.models.vocabulary import LEVEL_NAMES, NEEDS_ATTENTION
 from service.usecases.baselines import find_baseline
 from service.usecases.runs import run_status
 
@@ -64,7 +64,7 @@ class Cell:
 def project_summaries(session: Session) -> list[ProjectSummary]:
     models = _count_by(session, Model.project_id)
     commits = _count_by(session, Commit.project_id)
-    open_alerts = _count_by(session, Alert.project_id, Alert.state == "open")
+    open_alerts = _count_by(session, Alert.project_id, Alert.state.in_(NEEDS_ATTENTION))
     newest = (
         select(Commit.project_id, func.max(Commit.seq).label("seq")).group_by(Commit.project_id).subquery()
     )

@@ -6,5 +6,6 @@ running run's progress. Plotly's JavaScript is served from the installed package
 """
 
 from service.web.routes import router
+from service.web.sign_in import error_page, sign_in_router
 
-__all__ = ["router"]
+__all__ = ["error_page", "router", "sign_in_router"]

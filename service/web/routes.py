@@ -4,18 +4,17 @@ renders a template; a ServiceError becomes an HTML page with its status and mess
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Annotated, Any
 
-import plotly
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from service import queue
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
+from service.auth import PAGE_ACCESS, may_create_projects, may_write_to
 from service.errors import Invalid, NotFound, ServiceError
-from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, ENGINES, LEVEL_NAMES
+from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, ENGINES, LEVEL_NAMES, NEEDS_ATTENTION
 from service.protocol import protocol_for
 from service.usecases import alerts as alert_usecases
 from service.usecases.commit_report import commit_report
@@ -25,17 +24,13 @@ from service.usecases.projects import create_project, get_project, list_projects
 from service.usecases.series import model_history
 from service.usecases.submissions import CommitInfo, submit_commit
 from service.web.charts import commit_url, fusion_figure, timing_figure
-from service.web.templating import STATIC, script_json, templates
+from service.web.sign_in import local_path
+from service.web.templating import script_json, templates
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, dependencies=PAGE_ACCESS)
 
 ALERTS_PER_PAGE = 50
 REDIRECT = "redirect"  # a form handler's "template" when it succeeded
-STATIC_FILES = {
-    "dashboard.css": (STATIC / "dashboard.css", "text/css"),
-    "dashboard.js": (STATIC / "dashboard.js", "text/javascript"),
-    "plotly.min.js": (Path(plotly.__file__).parent / "package_data" / "plotly.min.js", "text/javascript"),
-}
 
 
 def page(handler):
@@ -55,18 +50,10 @@ def page(handler):
     return render
 
 
-@router.get("/static/{name}")
-def read_static(name: str) -> FileResponse:
-    if name not in STATIC_FILES:
-        raise NotFound(f"no static file {name[:80]!r}")
-    path, media_type = STATIC_FILES[name]
-    return FileResponse(path, media_type=media_type, headers={"Cache-Control": "public, max-age=3600"})
-
-
 @router.get("/", response_class=HTMLResponse)
 @page
 def read_overview(request: Request, session: SessionDep):
-    open_alerts, open_total = alert_usecases.list_alerts(session, state="open", limit=10)
+    open_alerts, open_total = alert_usecases.list_alerts(session, limit=10, states=NEEDS_ATTENTION)
     return "overview.html", {
         "projects": project_summaries(session),
         "runs": latest_runs(session, limit=20),
@@ -167,12 +154,13 @@ def read_alerts_page(
 
 
 @router.post("/alerts/{alert_id}/ack")
-def acknowledge_alert_form(session: SessionDep, alert_id: int, next: Annotated[str, Form()] = "/alerts") -> Response:
+def acknowledge_alert_form(
+    request: Request, session: SessionDep, alert_id: int, next: Annotated[str, Form()] = "/alerts"
+) -> Response:
     with session.begin():
+        may_write_to(request, alert_usecases.alert_project(session, alert_id))
         alert_usecases.acknowledge(session, alert_id)
-    # Only a path on this site: a form must not be able to send the browser elsewhere.
-    target = next if next.startswith("/") and not next.startswith("//") else "/alerts"
-    return RedirectResponse(target, status_code=303)
+    return RedirectResponse(local_path(next, "/alerts"), status_code=303)
 
 
 @router.get("/upload", response_class=HTMLResponse)
@@ -203,6 +191,7 @@ def create_project_form(
                 {"engines": engines, "levels": levels, "runs": runs, "warmup": warmup,
                  "sequence_length": sequence_length}.items() if value not in (None, [])}
     try:
+        may_create_projects(request)
         with session.begin():
             project = create_project(session, name, None, settings)
     except ServiceError as error:
@@ -230,6 +219,7 @@ def upload_model_form(
         files = read_uploads([file], services.upload_limits.max_bytes)
         with session.begin():
             found = get_project(session, project)
+            may_write_to(request, found)
             if not commit.strip():
                 ingest_upload(session, services.store, services.upload_limits, found, files, name or None)
                 submission = None

@@ -18,12 +18,13 @@ from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from optimizer import LoadLimits
 from service import queue
 from service.alerts.delivery import deliver
 from service.core.logging import configure_logging
-from service.db import make_engine, make_session_factory
+from service.db import DatabaseOutage, make_engine, make_session_factory
 from service.engines.custom_ops import load_custom_ops
 from service.machine import describe_machine, limit_address_space
 from service.models import Job
@@ -50,10 +51,16 @@ def worker_main(
     name = worker_name()
     machine = describe_machine(machine_class)
     kernels = load_custom_ops(custom_ops)
+    outage = DatabaseOutage(log)
     while not stopping.is_set():
-        with session_factory() as session:
-            job = queue.claim_next(session, name, machine_class)
-            job_id = None if job is None else job.id
+        try:
+            with session_factory() as session:
+                job = queue.claim_next(session, name, machine_class)
+                job_id = None if job is None else job.id
+        except OperationalError as error:
+            stopping.wait(outage.wait_after(error))
+            continue
+        outage.over()
         if job_id is None:
             stopping.wait(poll_s)
             continue
@@ -106,19 +113,28 @@ class EmbeddedWorker:
         return None if self._process is None else self._process.pid
 
     def _supervise(self) -> None:
+        outage = DatabaseOutage(log)
         while not self._stop.wait(0.5):
-            process = self._process
-            name = f"embedded-{process.pid}"
-            if not process.is_alive():
-                if self._stop.is_set():
-                    return
-                self._release(name, f"the worker process exited with code {process.exitcode} while running it")
-                self._spawn()
-            elif self._job_overdue(name):
-                process.kill()
-                process.join(10)
-                self._release(name, f"it ran past the {self._timeout:g} s job timeout and was killed")
-                self._spawn()
+            try:
+                self._look_after_the_worker()
+            except OperationalError as error:  # the database is away; look again once it may be back
+                self._stop.wait(outage.wait_after(error))
+            else:
+                outage.over()
+
+    def _look_after_the_worker(self) -> None:
+        process = self._process
+        name = f"embedded-{process.pid}"
+        if not process.is_alive():
+            if self._stop.is_set():
+                return
+            self._release(name, f"the worker process exited with code {process.exitcode} while running it")
+            self._spawn()
+        elif self._job_overdue(name):
+            process.kill()
+            process.join(10)
+            self._release(name, f"it ran past the {self._timeout:g} s job timeout and was killed")
+            self._spawn()
 
     def _job_overdue(self, name: str) -> bool:
         with self._session_factory() as session:

@@ -15,6 +15,7 @@ from sqlalchemy import select, text
 
 from service.models import Base, ModelFile
 from tests import hostile_models as hostile
+from tests.service.db_fixtures import make_token
 from tests.service.jobs import drain
 
 
@@ -126,6 +127,7 @@ def test_upload_size_and_node_limits_are_named(migrated_database_url, service_se
 
     limited = service_settings.model_copy(update={"max_upload_mb": 1, "max_nodes": 1000})
     with TestClient(create_app(migrated_database_url, limited)) as client:
+        client.headers["Authorization"] = f"Bearer {make_token(migrated_database_url)}"
         client.post("/api/v1/projects", json={"name": "p"}).raise_for_status()
         _check_limits(client, "p")
 

@@ -24,6 +24,7 @@ from service import migrate
 from service.app import create_app
 from service.core.config import Settings
 from service.db import make_engine, make_session_factory
+from service.usecases.tokens import create_token
 
 TEST_DATABASE_URL_ENV = "FUSIONWATCH_TEST_DATABASE_URL"
 
@@ -75,11 +76,24 @@ def service_settings(tmp_path) -> Settings:
     return Settings(data_dir=tmp_path / "data")
 
 
+def make_token(database_url: str, name: str = "test-writer", scope: str = "write", project: str | None = None) -> str:
+    """A new API token on the database, as `fusionwatch token create` makes one."""
+    engine = make_engine(database_url, sqlite_immediate=False)
+    try:
+        with make_session_factory(engine)() as db_session, db_session.begin():
+            return create_token(db_session, name, scope, project).token
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def client(migrated_database_url, service_settings) -> Iterator[TestClient]:
+    """The app, in-process, holding a write token for every project (tests/service/test_auth.py
+    checks what happens without one)."""
     # `with` runs the app's lifespan (its migration check) and disposes its engine afterwards.
     # No worker process: tests run queued jobs in-process with tests.service.jobs.drain.
     with TestClient(create_app(migrated_database_url, service_settings)) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {make_token(migrated_database_url)}"
         yield test_client
 
 

@@ -10,21 +10,23 @@ import os
 import subprocess
 from pathlib import Path
 
-import httpx
-
 from service.cli_client import CommitRef, Server, ServerError
 from service.cli_measure import measure_all, results_document
-from tests.service.test_make_run import _command, _serving
+from tests.service.test_make_run import _command, _serving, api_get, api_post
 
 BERT = Path("tests/models/bert_torchscript_opset14.onnx")
 SMALL = ["--engine", "all", "--level", "extended", "--runs", "2", "--warmup", "0", "--threads", "1",
          "--sequence-length", "16"]
-CLI_ENV = os.environ | {"COLUMNS": "200"}
+
+
+def cli_env() -> dict[str, str]:
+    # Read at each call: the token _serving makes is in os.environ only while it serves.
+    return os.environ | {"COLUMNS": "200"}
 
 
 def _run(base: str, sha: str, *extra: str) -> subprocess.CompletedProcess:
     args = ["run", str(BERT), "--server", base, "--project", "onnxruntime", "--commit", sha, *SMALL, *extra]
-    return subprocess.run(_command(*args), env=CLI_ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.run(_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
 
 
 def _regressions(alerts: list[dict]) -> list[dict]:
@@ -33,7 +35,7 @@ def _regressions(alerts: list[dict]) -> list[dict]:
 
 def test_run_posts_an_engines_commits_and_the_disabled_rule_is_a_regression(tmp_path):
     with _serving(tmp_path) as (base, _server):
-        httpx.post(f"{base}/projects", json={"name": "onnxruntime"}).raise_for_status()
+        api_post(f"{base}/projects", json={"name": "onnxruntime"}).raise_for_status()
 
         first = _run(base, "e1" * 20)
         assert first.returncode == 0, first.stdout + first.stderr
@@ -43,7 +45,7 @@ def test_run_posts_an_engines_commits_and_the_disabled_rule_is_a_regression(tmp_
         assert second.returncode == 1, second.stdout + second.stderr
         lines = [line for line in second.stdout.splitlines() if line.startswith("fusion-regression")]
         assert len(lines) == 2 and all("BiasGeluFusion stopped firing: com.microsoft.BiasGelu 2 → 0" in x for x in lines)
-        listed = httpx.get(f"{base}/alerts", params={"project": "onnxruntime", "kind": "fusion-regression"}).json()
+        listed = api_get(f"{base}/alerts", params={"project": "onnxruntime", "kind": "fusion-regression"}).json()
         assert sorted(a["engine"] for a in listed["items"]) == ["fusionwatch", "onnxruntime"]
         assert {(a["op"], a["rule"], a["commit"], a["baseline_commit"]) for a in listed["items"]} == {
             ("com.microsoft.BiasGelu", "BiasGeluFusion", "e2" * 20, "e1" * 20)

@@ -8,22 +8,25 @@ from __future__ import annotations
 import os
 import subprocess
 
-import httpx
 import onnx
 
 from tests.service.custom_op_plugin import insert_before_gelu
-from tests.service.test_make_run import _command, _free_port, _serving
+from tests.service.test_make_run import _command, _free_port, _serving, api_post
 
 BERT = "tests/models/bert_torchscript_opset14.onnx"
 PLUGIN = "tests.service.custom_op_plugin"
 SETTINGS = {"runs": 2, "warmup": 0, "levels": ["disabled", "extended"], "threads": 1, "sequence_length": 16}
 # Rich tables wrap at the terminal's width; a CI log has none, so give one wide enough for a row.
-CLI_ENV = os.environ | {"COLUMNS": "200"}
+
+
+def cli_env() -> dict[str, str]:
+    # Read at each call: the token _serving makes is in os.environ only while it serves.
+    return os.environ | {"COLUMNS": "200"}
 
 
 def _submit(base: str, sha: str, model, *extra: str) -> subprocess.CompletedProcess:
     args = ["submit", "--server", base, "--project", "bert-exports", "--commit", sha, *extra, str(model)]
-    return subprocess.run(_command(*args), env=CLI_ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.run(_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
 
 
 def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, database_url):
@@ -34,7 +37,7 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
     onnx.save(insert_before_gelu(onnx.load(BERT)), export_b)
     sha_a, sha_b = "a1" * 20, "b2" * 20
     with _serving(tmp_path, database_url, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
-        created = httpx.post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
+        created = api_post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
         assert created.status_code == 201, created.text
 
         a = _submit(base, sha_a, export_a, "--wait", "--fail-on-regression", "--message", "export A")
@@ -61,7 +64,7 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
 
         unknown = subprocess.run(
             _command("submit", "--server", base, "--project", "nope", "--commit", "d4", str(export_a)),
-            env=CLI_ENV, capture_output=True, text=True, timeout=120,
+            env=cli_env(), capture_output=True, text=True, timeout=120,
         )
         assert unknown.returncode == 2
         assert "HTTP 404: no project named 'nope'" in unknown.stderr
@@ -73,7 +76,7 @@ def test_submit_to_an_unreachable_server_exits_2_naming_it(tmp_path):
     server = f"http://127.0.0.1:{_free_port()}"
     result = subprocess.run(
         _command("submit", "--server", server, "--project", "p", "--commit", "a1", "--wait", str(model)),
-        env=CLI_ENV, capture_output=True, text=True, timeout=120,
+        env=cli_env(), capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2
     assert f"cannot reach {server}/api/v1/webhooks/ci" in result.stderr

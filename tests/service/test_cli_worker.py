@@ -7,10 +7,9 @@ import os
 import subprocess
 import uuid
 
-import httpx
 import pytest
 
-from tests.service.test_make_run import RESNET, _command, _serving, _wait_for_run
+from tests.service.test_make_run import RESNET, _command, _serving, _wait_for_run, api_post
 
 REDIS_URL = os.environ.get("FUSIONWATCH_TEST_REDIS_URL")
 
@@ -27,9 +26,9 @@ def test_worker_runs_the_jobs_serve_sends_to_its_queue(tmp_path, database_url):
             worker = subprocess.Popen(_command("worker", "--queue", queue), env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             settings = {"runs": 2, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
-            httpx.post(f"{base}/projects", json={"name": "cnn", "settings": settings}).raise_for_status()
+            api_post(f"{base}/projects", json={"name": "cnn", "settings": settings}).raise_for_status()
             with open(RESNET, "rb") as model:
-                upload = httpx.post(f"{base}/projects/cnn/models", files={"file": ("resnet.onnx", model.read())},
+                upload = api_post(f"{base}/projects/cnn/models", files={"file": ("resnet.onnx", model.read())},
                                     data={"commit": "c1"}, timeout=30)
             assert upload.status_code == 201, upload.text
             run = _wait_for_run(base, upload.json()["run_url"], timeout_s=240)

@@ -25,6 +25,19 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def api_get(url: str, **kwargs) -> httpx.Response:
+    """httpx.get with the served app's token (`_serving` puts it in FUSIONWATCH_TOKEN, where the CLI reads it)."""
+    return httpx.get(url, headers=_authorization(), **kwargs)
+
+
+def api_post(url: str, **kwargs) -> httpx.Response:
+    return httpx.post(url, headers=_authorization(), **kwargs)
+
+
+def _authorization() -> dict[str, str]:
+    return {"Authorization": f"Bearer {os.environ['FUSIONWATCH_TOKEN']}"}
+
+
 def _command(*args: str) -> list[str]:
     # The installed entry point is what `make run` uses; fall back to the module in an uninstalled checkout.
     return [str(FUSIONWATCH), *args] if FUSIONWATCH.is_file() else [sys.executable, "-m", "service.cli", *args]
@@ -32,8 +45,9 @@ def _command(*args: str) -> list[str]:
 
 @contextmanager
 def _serving(tmp_path, database_url: str | None = None, **env_overrides):
-    """`fusionwatch db upgrade` then `fusionwatch serve` on a fresh database (default: SQLite in a folder
-    that does not exist yet); yields (base URL, server)."""
+    """`fusionwatch db upgrade`, `fusionwatch token create`, then `fusionwatch serve` on a fresh database
+    (default: SQLite in a folder that does not exist yet); yields (base URL, server) with the write token
+    in FUSIONWATCH_TOKEN for the test's own requests (api_get, api_post) and the CLI it starts."""
     database = tmp_path / "nested" / "fusionwatch.db"
     url = database_url or f"sqlite:///{database}"
     env = os.environ | {"FUSIONWATCH_DATABASE_URL": url, "FUSIONWATCH_LOG_LEVEL": "WARNING"}
@@ -42,6 +56,13 @@ def _serving(tmp_path, database_url: str | None = None, **env_overrides):
     assert upgrade.returncode == 0, upgrade.stderr
     assert database_url or database.is_file()
     assert "is at migration" in upgrade.stderr
+    created = subprocess.run(_command("token", "create", "test-admin"), env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert token.startswith("fw_") and token not in created.stderr
+    previous_token = os.environ.get("FUSIONWATCH_TOKEN")
+    os.environ["FUSIONWATCH_TOKEN"] = token
 
     port = _free_port()
     log_path = tmp_path / "serve.log"
@@ -70,13 +91,19 @@ def _serving(tmp_path, database_url: str | None = None, **env_overrides):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=10)
-    assert "fusionwatch serving on" in log_path.read_text()
+        if previous_token is None:
+            os.environ.pop("FUSIONWATCH_TOKEN", None)
+        else:
+            os.environ["FUSIONWATCH_TOKEN"] = previous_token
+    log = log_path.read_text()
+    assert "fusionwatch serving on" in log
+    assert token not in log
 
 
 def _wait_for_run(base: str, run_url: str, timeout_s: float = 180) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        run = httpx.get(f"{base.removesuffix('/api/v1')}{run_url}", timeout=5).json()
+        run = api_get(f"{base.removesuffix('/api/v1')}{run_url}", timeout=5).json()
         if run["state"] != "running":
             return run
         time.sleep(0.3)
@@ -85,7 +112,7 @@ def _wait_for_run(base: str, run_url: str, timeout_s: float = 180) -> dict:
 
 def _wait_until_running(base: str, run_url: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
-    while httpx.get(f"{base.removesuffix('/api/v1')}{run_url}").json()["jobs"][0]["state"] != "running":
+    while api_get(f"{base.removesuffix('/api/v1')}{run_url}").json()["jobs"][0]["state"] != "running":
         assert time.monotonic() < deadline, "the job never started"
         time.sleep(0.1)
 
@@ -99,11 +126,11 @@ def _worker_pids(server: subprocess.Popen) -> list[int]:
 
 def test_serve_runs_an_uploaded_commit_in_its_worker_process(tmp_path):
     with _serving(tmp_path) as (base, _server):
-        assert httpx.get(f"{base}/projects", timeout=5).json() == {"items": [], "total": 0}
+        assert api_get(f"{base}/projects", timeout=5).json() == {"items": [], "total": 0}
         settings = {"runs": 3, "warmup": 1, "levels": ["disabled", "all"]}
-        assert httpx.post(f"{base}/projects", json={"name": "cnn", "settings": settings}).status_code == 201
+        assert api_post(f"{base}/projects", json={"name": "cnn", "settings": settings}).status_code == 201
         with open(RESNET, "rb") as model:
-            upload = httpx.post(
+            upload = api_post(
                 f"{base}/projects/cnn/models",
                 files={"file": ("resnet.onnx", model.read())},
                 data={"commit": "c0ffee1", "branch": "main"},
@@ -114,7 +141,7 @@ def test_serve_runs_an_uploaded_commit_in_its_worker_process(tmp_path):
         run = _wait_for_run(base, upload.json()["run_url"])
         assert run["verdict"] == "ok", run
         assert run["jobs_done"] == 4
-        history = httpx.get(f"{base}/projects/cnn/history", params={"engine": "fusionwatch", "level": "all"}).json()
+        history = api_get(f"{base}/projects/cnn/history", params={"engine": "fusionwatch", "level": "all"}).json()
         [series] = history["series"]
         [point] = series["points"]
         assert point["commit"] == "c0ffee1" and point["samples"] == 3 and point["median_ms"] > 0
@@ -125,9 +152,9 @@ def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path
     """SIGKILL the worker process mid-job: the supervisor restarts it and the job runs again, once."""
     with _serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
         settings = {"runs": 3000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
-        httpx.post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
+        api_post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:
-            upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
+            upload = api_post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "dead01"}, timeout=30)
         run_url = upload.json()["run_url"]
         _wait_until_running(base, run_url)
@@ -137,7 +164,7 @@ def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path
         run = _wait_for_run(base, run_url)
         [job] = run["jobs"]
         assert job["state"] == "done" and job["attempts"] == 2, job
-        history = httpx.get(f"{base}/projects/slow/history").json()
+        history = api_get(f"{base}/projects/slow/history").json()
         assert [len(s["points"]) for s in history["series"]] == [1]
 
 
@@ -157,9 +184,9 @@ def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_
 
     with _serving(tmp_path, FUSIONWATCH_JOB_MEMORY_MB="4096", FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
         settings = {"runs": 1, "warmup": 0, "levels": ["basic"], "engines": ["fusionwatch", "onnxruntime"]}
-        httpx.post(f"{base}/projects", json={"name": "hostile", "settings": settings}).raise_for_status()
+        api_post(f"{base}/projects", json={"name": "hostile", "settings": settings}).raise_for_status()
         for index, build in enumerate((hostile.huge_range, hostile.lying_broadcast)):
-            upload = httpx.post(f"{base}/projects/hostile/models", data={"commit": f"bad{index}"},
+            upload = api_post(f"{base}/projects/hostile/models", data={"commit": f"bad{index}"},
                                 files={"file": (f"m{index}.onnx", build().SerializeToString())}, timeout=30)
             assert upload.status_code == 201, upload.text
             run = _wait_for_run(base, upload.json()["run_url"])
@@ -168,7 +195,7 @@ def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_
                 assert job["state"] == "failed" and "allocate" in job["error"].lower(), job
         [worker] = _worker_pids(server)
         with open(RESNET, "rb") as model:
-            upload = httpx.post(f"{base}/projects/hostile/models", files={"file": ("resnet.onnx", model.read())},
+            upload = api_post(f"{base}/projects/hostile/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "good"}, timeout=30)
         assert _wait_for_run(base, upload.json()["run_url"])["verdict"] == "ok"
         assert _worker_pids(server) == [worker]  # the same process: nothing crashed
@@ -178,9 +205,9 @@ def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
     env = {"FUSIONWATCH_JOB_TIMEOUT_S": "2", "FUSIONWATCH_MAX_ATTEMPTS": "1", "FUSIONWATCH_POLL_INTERVAL_S": "0.1"}
     with _serving(tmp_path, **env) as (base, server):
         settings = {"runs": 5000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
-        httpx.post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
+        api_post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:
-            upload = httpx.post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
+            upload = api_post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "t1"}, timeout=30)
         run = _wait_for_run(base, upload.json()["run_url"])
         [job] = run["jobs"]
@@ -196,9 +223,9 @@ def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
 def test_sigterm_lets_the_running_job_finish_before_the_service_exits(tmp_path):
     with _serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
         settings = {"runs": 300, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
-        httpx.post(f"{base}/projects", json={"name": "drain", "settings": settings}).raise_for_status()
+        api_post(f"{base}/projects", json={"name": "drain", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:
-            upload = httpx.post(f"{base}/projects/drain/models", files={"file": ("resnet.onnx", model.read())},
+            upload = api_post(f"{base}/projects/drain/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "d1"}, timeout=30)
         run_url = upload.json()["run_url"]
         _wait_until_running(base, run_url)

@@ -17,7 +17,7 @@ from service.models import Base
 
 TABLES = {
     "project", "model_file", "model", "commit", "run", "job", "machine", "result", "result_fusion",
-    "alert", "alert_delivery", "hook", "webhook_delivery",
+    "alert", "alert_delivery", "hook", "webhook_delivery", "api_token",
 }
 
 
@@ -83,6 +83,7 @@ def test_check_constraints_hold_the_vocabularies_the_code_uses(migrated_database
         ("alert", "kind_known"): vocabulary.ALERT_KINDS,
         ("alert", "state_known"): vocabulary.ALERT_STATES,
         ("hook", "format_known"): vocabulary.HOOK_FORMATS,
+        ("api_token", "scope_known"): vocabulary.TOKEN_SCOPES,
     }
     engine = make_engine(migrated_database_url)
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.auth import COOKIE
 from tests.service.db_fixtures import (  # noqa: F401
     client,
     database_url,
@@ -40,7 +41,8 @@ def server(tmp_path_factory) -> Iterator[str]:
     database, seeded with seed's history through the API; yields its base URL."""
     with _serving(tmp_path_factory.mktemp("dashboard"), FUSIONWATCH_POLL_INTERVAL_S="0.2") as (api, _process):
         base = api.removesuffix("/api/v1")
-        with httpx.Client(base_url=base, timeout=30) as http:
+        token = os.environ["FUSIONWATCH_TOKEN"]
+        with httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
             seed.seed(http.post)
         yield base
 
@@ -66,6 +68,8 @@ def page(browser, server) -> Iterator:
     """A page in a fresh context whose time zone is not UTC; console errors and uncaught exceptions fail the test."""
     context = browser.new_context(base_url=server, timezone_id="America/New_York", locale="en-US",
                                   viewport={"width": 1280, "height": 900})
+    # Signed in, as after the sign-in page (test_browser.py walks that page itself).
+    context.add_cookies([{"name": COOKIE, "value": os.environ["FUSIONWATCH_TOKEN"], "url": server}])
     opened = context.new_page()
     problems: list[str] = []
     opened.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)

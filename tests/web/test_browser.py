@@ -5,11 +5,12 @@ project and a model whose run's progress the commit page follows."""
 
 from __future__ import annotations
 
+import os
 import re
 
-import httpx
 import pytest
 
+from tests.service.test_make_run import api_get
 from tests.web import seed
 from tests.web.conftest import screenshot
 
@@ -97,7 +98,7 @@ def test_clicking_an_alert_opens_its_commit_with_the_reason(page):
     page.locator("tr.alert-row a.alert-link").first.click()
     page.wait_for_url(f"**/projects/{seed.PROJECT}/commits/{seed.sha(seed.FUSION_DROP)}")
     near_misses = page.locator(".near-misses").first.inner_text()
-    assert "Why BiasGeluFusion fired less" in near_misses
+    assert "Why BiasGeluFusion stopped firing" in near_misses
     assert "custom op, a fusion barrier" in near_misses
     screenshot(page, "commit-from-alert")
 
@@ -111,7 +112,7 @@ def test_acknowledging_an_alert_changes_its_state(page, server):
     rows.first.locator("button.ack").click()
     page.wait_for_load_state("networkidle")
     assert page.locator("tr.alert-row").count() == before - 1  # the filter keeps confirmed ones only
-    state = httpx.get(f"{server}/api/v1/alerts", params={"kind": "timing-regression", "state": "acknowledged"}).json()
+    state = api_get(f"{server}/api/v1/alerts", params={"kind": "timing-regression", "state": "acknowledged"}).json()
     assert int(alert_id) in [a["id"] for a in state["items"]]
     page.goto("/alerts?kind=timing-regression&state=acknowledged")
     assert page.locator(f"tr[data-alert-id='{alert_id}'] td.state").inner_text() == "acknowledged"
@@ -143,8 +144,33 @@ def test_upload_forms_create_a_project_and_a_model_whose_run_progress_is_followe
     page.wait_for_selector("td.verdict .badge-ok", timeout=180_000)
     assert page.locator(".progress-text").inner_text() == "2/2 done"
     assert page.locator("article.diff").count() == 2
-    models = httpx.get(f"{server}/api/v1/projects/cnn-browser/models").json()
+    models = api_get(f"{server}/api/v1/projects/cnn-browser/models").json()
     assert [m["name"] for m in models["items"]] == ["resnet.onnx"]
     page.goto("/projects/cnn-browser")
     assert page.locator("table.cells tbody tr").count() == 2
     screenshot(page, "project-after-upload")
+
+
+def test_signing_in_with_a_token_and_out_again(browser, server):
+    """A browser with no cookie is sent to the sign-in page, comes back where it was going, and signing
+    out ends the session; the token never reaches the page's scripts (HttpOnly)."""
+    context = browser.new_context(base_url=server)
+    page = context.new_page()
+    try:
+        page.goto("/alerts?state=open")
+        assert page.url.endswith("/login?next=/alerts%3Fstate%3Dopen")
+        page.fill("input[name=token]", "fw_" + "x" * 43)
+        page.click("button[type=submit]")
+        assert page.locator("p.error").inner_text() == "That token is unknown, revoked or mistyped."
+        page.fill("input[name=token]", os.environ["FUSIONWATCH_TOKEN"])
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(r"/alerts\?state=open$"))
+        assert page.locator("header .signed-in span").inner_text() == "test-admin"
+        assert page.evaluate("document.cookie") == ""
+        screenshot(page, "signed-in", full_page=False)
+        page.click("header .signed-in button")
+        page.wait_for_url(re.compile(r"/login$"))
+        page.goto("/")
+        assert "/login?next=/" in page.url
+    finally:
+        context.close()

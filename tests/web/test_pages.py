@@ -30,6 +30,10 @@ def test_overview_project_and_model_pages_tell_the_history(seeded):
     assert '<a href="/projects/bert-exports">bert-exports</a>' in overview
     assert "badge-regression" in overview and "badge-ok" in overview
     assert f'/projects/bert-exports/commits/{seed.sha(seed.COMMITS - 1)}' in overview
+    # What needs looking at: open alerts and confirmed timing regressions (suspected ones are not delivered).
+    open_, confirmed = (seeded.get("/api/v1/alerts", params={"state": s}).json()["total"] for s in ("open", "confirmed"))
+    assert confirmed > 0
+    assert f"Alerts to look at <small>({open_ + confirmed}: open, and confirmed timing regressions)" in overview
     # Times are rendered in UTC for readers without JavaScript, with the ISO instant for the script.
     assert re.search(r'<time datetime="2026-11-\d\dT\d\d:\d\d:\d\d\+00:00">2026-11-\d\d \d\d:\d\d UTC</time>', overview)
 
@@ -66,14 +70,14 @@ def test_commit_page_shows_the_diff_and_why_the_fusion_stopped(seeded):
     html = seeded.get(f"/projects/bert-exports/commits/{seed.sha(seed.FUSION_DROP)}").text
     assert "export: custom Passthrough between bias Add and Gelu" in html
     assert re.search(r'<tr class="worse"><td>BiasGelu</td><td class="num">2</td><td class="num">0</td></tr>', html)
-    assert "Why BiasGeluFusion fired less" in html
+    assert "Why BiasGeluFusion stopped firing" in html  # 2 → 0: not merely less
     assert html.count("(custom op, a fusion barrier), not Add</li>") == 2
     assert re.search(r"<td>ai.onnx.contrib.Passthrough</td><td class=\"num\">0</td><td class=\"num\">2</td>", html)
     # Kernels: MatMul's time rose 30% with the fusion gone (seed's factor 1.3).
     assert re.search(r"<td>MatMul</td><td class=\"num\">[\d.]+</td><td class=\"num\">[\d.]+</td><td class=\"num\">\+30\.0%</td>", html)
     assert html.count('class="ack"') == 2  # the fusion-regression and the timing step it caused
     quiet = seeded.get(f"/projects/bert-exports/commits/{seed.sha(3)}").text
-    assert "fired less" not in quiet and "Alerts at this commit" not in quiet
+    assert "stopped firing" not in quiet and "fired less" not in quiet and "Alerts at this commit" not in quiet
     first = seeded.get(f"/projects/bert-exports/commits/{seed.sha(0)}").text
     assert "No baseline (the first measurement of this series)" in first
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from service.api.deps import SessionDep
+from service.auth import may_write_to
 from service.usecases import alerts
 from service.usecases.projects import get_project
 
@@ -29,7 +30,8 @@ def read_alerts(
 
 
 @router.post("/alerts/{alert_id}/ack")
-def acknowledge_alert(session: SessionDep, alert_id: int) -> dict[str, Any]:
+def acknowledge_alert(request: Request, session: SessionDep, alert_id: int) -> dict[str, Any]:
     with session.begin():
+        may_write_to(request, alerts.alert_project(session, alert_id))
         alert = alerts.acknowledge(session, alert_id)
         return alerts.alert_dict(session, alert)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from service.api.deps import SessionDep
+from service.auth import may_write_to
 from service.usecases import bisect
 from service.usecases.projects import get_project
 
@@ -30,7 +31,8 @@ def read_alert_bisect(session: SessionDep, alert_id: int) -> dict[str, Any]:
 
 
 @router.post("/projects/{project}/bisect")
-def create_bisect_step(session: SessionDep, project: str, body: BisectRequest) -> dict[str, Any]:
+def create_bisect_step(request: Request, session: SessionDep, project: str, body: BisectRequest) -> dict[str, Any]:
     found = get_project(session, project)
+    may_write_to(request, found)
     return bisect.bisect_range(session, found, body.good, body.bad, body.model, body.engine, body.level,
                                body.kind, body.commits)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 
 from service import queue
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
+from service.auth import may_create_projects, may_write_to
 from service.errors import Invalid
 from service.models.vocabulary import ENGINES, LEVEL_NAMES
 from service.schemas.requests import HookCreate, ProjectCreate
@@ -31,7 +32,8 @@ def project_dict(project) -> dict[str, Any]:
 
 
 @router.post("/projects", status_code=201)
-def create_project(session: SessionDep, body: ProjectCreate) -> dict[str, Any]:
+def create_project(request: Request, session: SessionDep, body: ProjectCreate) -> dict[str, Any]:
+    may_create_projects(request)
     with session.begin():
         project = projects.create_project(session, body.name, body.webhook_secret, body.settings)
     return project_dict(project)
@@ -53,15 +55,18 @@ def read_project(session: SessionDep, project: str) -> dict[str, Any]:
 
 
 @router.post("/projects/{project}/hooks", status_code=201)
-def create_hook(session: SessionDep, project: str, body: HookCreate) -> dict[str, Any]:
+def create_hook(request: Request, session: SessionDep, project: str, body: HookCreate) -> dict[str, Any]:
     with session.begin():
-        hook = projects.add_hook(session, projects.get_project(session, project), body.url, body.format)
+        found = projects.get_project(session, project)
+        may_write_to(request, found)
+        hook = projects.add_hook(session, found, body.url, body.format)
     return {"id": hook.id, "url": hook.url, "format": hook.format}
 
 
 # A plain `def`: reading and checking the upload is blocking work, so FastAPI runs it in its thread pool.
 @router.post("/projects/{project}/models", status_code=201)
 def upload_model(
+    request: Request,
     session: SessionDep,
     services: ServicesDep,
     project: str,
@@ -76,6 +81,7 @@ def upload_model(
     files = read_uploads([file, *(data or [])], services.upload_limits.max_bytes)
     with session.begin():
         found = projects.get_project(session, project)
+        may_write_to(request, found)
         if commit is None:
             ingested = ingest_upload(session, services.store, services.upload_limits, found, files, name)
             submission = None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, BackgroundTasks
+from fastapi import APIRouter, BackgroundTasks, Request
 
 from service.alerts.delivery import deliver
 from service.api.deps import ServicesDep, SessionDep
+from service.auth import may_write_to
 from service.errors import Invalid, NotFound
 from service.models import Model
 from service.schemas.requests import ResultsDocument
@@ -23,10 +24,12 @@ router = APIRouter(tags=["results"])
 
 @router.post("/results", status_code=201)
 def create_results(
+    request: Request,
     session: SessionDep, services: ServicesDep, document: ResultsDocument, background: BackgroundTasks
 ) -> dict[str, Any]:
     with session.begin():
         project = get_project(session, document.project)
+        may_write_to(request, project)
         c = document.commit
         commit = record_commit(session, project, c.sha, c.branch, c.parents, c.message, c.author, c.timestamp)
         run = record_only_run(session, project, commit, "results")

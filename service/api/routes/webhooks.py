@@ -1,4 +1,9 @@
-"""Inbound webhooks: GitHub push events (HMAC-signed, de-duplicated by delivery id) and a generic CI hook."""
+"""Inbound webhooks: GitHub push events (de-duplicated by delivery id) and a generic CI hook.
+
+Both authenticate the sender the same way: a project with a webhook secret takes only deliveries
+signed with it (`X-Hub-Signature-256: sha256=<HMAC-SHA256 of the body>`, GitHub's header); a project
+without one takes a write token for it (service/auth.py), which GitHub cannot send.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from service import queue
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
-from service.errors import Invalid, Unauthorized
-from service.models import WebhookDelivery
+from service.auth import may_write_to, principal_of
+from service.errors import Conflict, Invalid, Unauthorized
+from service.models import Job, Model, WebhookDelivery
 from service.schemas.requests import CiWebhook
 from service.usecases.commits import record_commit
 from service.usecases.projects import get_project
@@ -27,6 +33,7 @@ from service.usecases.submissions import CommitInfo, submit_commit
 router = APIRouter(tags=["webhooks"])
 
 MAX_GITHUB_BODY = 5 * 1024 * 1024
+MAX_DELIVERY_ID = 90  # webhook_delivery.delivery_id holds 100, with a "ci:" prefix
 
 
 @router.post("/webhooks/github", status_code=202)
@@ -39,6 +46,8 @@ async def receive_github(
     x_hub_signature_256: Annotated[str, Header()] = "",
     project: str | None = None,
 ) -> dict[str, Any]:
+    # Who the token says (if any) is looked up before this handler's transaction holds the database.
+    await run_in_threadpool(principal_of, request)
     body = await request.body()
     if len(body) > MAX_GITHUB_BODY:
         raise Invalid(f"webhook body is {len(body)} bytes; at most {MAX_GITHUB_BODY}")
@@ -56,7 +65,7 @@ async def receive_github(
     try:
         with session.begin():
             found = get_project(session, str(name))
-            _verify_signature(found.webhook_secret, body, x_hub_signature_256)
+            _authenticate_sender(request, found, body, x_hub_signature_256)
             if not x_github_delivery or len(x_github_delivery) > 100:
                 raise Invalid("X-GitHub-Delivery header is missing or longer than 100 characters")
             if session.scalar(select(WebhookDelivery.id).where(WebhookDelivery.delivery_id == x_github_delivery)):
@@ -97,14 +106,29 @@ def _record_push(session, services, project, payload: dict):
                          services.settings.machine_class)
 
 
-def _verify_signature(secret: str | None, body: bytes, header: str) -> None:
-    if secret is None:
+def _authenticate_sender(request: Request, project, body: bytes | None, header: str) -> None:
+    if project.webhook_secret is None:
+        may_write_to(request, project)
         return
-    if not header.startswith("sha256="):
+    if not header.startswith("sha256=") or body is None:
         raise Unauthorized("X-Hub-Signature-256 is missing; this project requires signed deliveries")
-    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    expected = hmac.new(project.webhook_secret.encode(), body, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, header.removeprefix("sha256=")):
         raise Unauthorized("X-Hub-Signature-256 does not match the body signed with the project's secret")
+
+
+def _earlier_delivery(session, project, key: str) -> dict[str, Any] | None:
+    earlier = session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == key))
+    if earlier is None:
+        return None
+    if earlier.project_id != project.id:
+        raise Conflict(f"delivery id {key.removeprefix('ci:')[:MAX_DELIVERY_ID]!r} was already used for another project")
+    models = session.scalars(
+        select(Model.name).join(Job, Job.model_id == Model.id).where(Job.run_id == earlier.run_id).distinct()
+    ).all()
+    jobs = session.scalar(select(func.count()).select_from(Job).where(Job.run_id == earlier.run_id)) or 0
+    return {"status": "duplicate", "run_id": earlier.run_id, "run_url": f"/api/v1/runs/{earlier.run_id}",
+            "jobs": jobs, "models": sorted(models)}
 
 
 def _is_sha(value: Any) -> bool:
@@ -128,34 +152,65 @@ def _timestamp(entry: dict) -> datetime | None:
 
 
 @router.post("/webhooks/ci", status_code=202)
-async def receive_ci(request: Request, session: SessionDep, services: ServicesDep) -> dict[str, Any]:
+async def receive_ci(
+    request: Request,
+    session: SessionDep,
+    services: ServicesDep,
+    x_hub_signature_256: Annotated[str, Header()] = "",
+    x_fusionwatch_delivery: Annotated[str, Header()] = "",
+) -> dict[str, Any]:
     """JSON `{project, sha, branch, parents?, message?, timestamp?}`; or multipart/form-data with that
-    JSON in the field `payload` and the commit's model exports as `files` (each .onnx or .zip one model)."""
-    uploads: list = []
+    JSON in the field `payload` and the commit's model exports as `files` (each .onnx or .zip one model).
+    A signed delivery's signature covers the whole body, multipart included. `X-Fusionwatch-Delivery`
+    (the CLI sends a fresh one per `submit`) makes a retried delivery answer with the first one's run
+    instead of starting another; without it, each post is a new measurement of the commit."""
+    if len(x_fusionwatch_delivery) > MAX_DELIVERY_ID:
+        raise Invalid(f"X-Fusionwatch-Delivery is longer than {MAX_DELIVERY_ID} characters")
+    await run_in_threadpool(principal_of, request)
+    # The raw body is kept only to check a signature; unsigned uploads stream to disk as they arrive.
+    raw = await request.body() if x_hub_signature_256 else None
+    files: list = []
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         form = await request.form(max_files=64, max_fields=16)
         payload = form.get("payload")
         if not isinstance(payload, str):
             raise Invalid("multipart CI webhook needs the JSON document in the text field 'payload'")
         files = [f for f in form.getlist("files") if not isinstance(f, str)]
-        read = await run_in_threadpool(read_uploads, files, services.upload_limits.max_bytes)
-        uploads = [(None, [item]) for item in read]
     else:
-        payload = await request.body()
+        payload = raw if raw is not None else await request.body()
     try:
         body = CiWebhook.model_validate_json(payload)
     except ValidationError as error:
         first = error.errors()[0]
         raise Invalid(f"CI webhook: {'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}") from error
-    return await run_in_threadpool(_start_ci_run, session, services, body, uploads)
+    await run_in_threadpool(_check_ci_sender, request, services, body.project, raw, x_hub_signature_256)
+    read = await run_in_threadpool(read_uploads, files, services.upload_limits.max_bytes) if files else []
+    uploads = [(None, [item]) for item in read]
+    return await run_in_threadpool(_start_ci_run, session, services, body, uploads, x_fusionwatch_delivery)
 
 
-def _start_ci_run(session, services, body: CiWebhook, uploads) -> dict[str, Any]:
-    with session.begin():
-        found = get_project(session, body.project)
-        info = CommitInfo(body.sha, body.branch, body.parents, body.message, body.author, body.timestamp)
-        submission = submit_commit(session, services.store, services.upload_limits, found, info, uploads, "ci",
-                                   services.settings.machine_class)
+def _check_ci_sender(request: Request, services, project: str, raw: bytes | None, signature: str) -> None:
+    with services.session_factory() as session, session.begin():
+        _authenticate_sender(request, get_project(session, project), raw, signature)
+
+
+def _start_ci_run(session, services, body: CiWebhook, uploads, delivery: str) -> dict[str, Any]:
+    key = f"ci:{delivery}" if delivery else None
+    try:
+        with session.begin():
+            found = get_project(session, body.project)
+            if key is not None and (earlier := _earlier_delivery(session, found, key)) is not None:
+                return earlier
+            info = CommitInfo(body.sha, body.branch, body.parents, body.message, body.author, body.timestamp)
+            submission = submit_commit(session, services.store, services.upload_limits, found, info, uploads, "ci",
+                                       services.settings.machine_class)
+            if key is not None:
+                session.add(WebhookDelivery(delivery_id=key, project_id=found.id, event="ci",
+                                            run_id=submission.run.id if submission.run else None))
+                session.flush()
+    except IntegrityError:  # the same delivery, concurrently: its twin started the run
+        with session.begin():
+            return _earlier_delivery(session, get_project(session, body.project), key)
     queue.dispatch(submission.jobs, services.settings.broker_url)
     run_id = submission.run.id if submission.run else None
     return {"run_id": run_id, "run_url": f"/api/v1/runs/{run_id}", "jobs": len(submission.jobs),
