@@ -48,7 +48,7 @@ def pinned_shapes(graph: ir.Graph, value: ir.Value) -> tuple[Shapes, Shapes]:
     stand where an opaque one stood)."""
     cached = graph.meta.get(CACHE_KEY)
     if cached is None or (value.name not in cached[0] and cached[2] != graph.num_nodes()):
-        first, second = _infer_pinned(graph, FIRST_SIZES), _infer_pinned(graph, SECOND_SIZES)
+        first, second = _infer_pinned(graph)
         cached = (first, second, graph.num_nodes())
         graph.meta[CACHE_KEY] = cached
     return cached[0], cached[1]
@@ -67,13 +67,19 @@ def constant_dims(graph: ir.Graph, value: ir.Value) -> list[int | None] | None:
     return [d if isinstance(d, int) else None for d in declared]
 
 
-def _infer_pinned(graph: ir.Graph, sizes: tuple[int, int]) -> Shapes:
-    model = ir.Model(graph, ir_version=10)
+def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
+    """Both runs on one serialization of the graph (serializing costs more than inferring)."""
+
+    def both(proto: onnx.ModelProto) -> tuple[Shapes, Shapes]:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        return _run(copy, FIRST_SIZES), _run(proto, SECOND_SIZES)
+
     try:
-        return call_onnx_api(lambda proto: _run(proto, sizes), model)
+        return call_onnx_api(both, ir.Model(graph, ir_version=10))
     except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as error:
         log.warning("pinned shape inference failed: %s", shorten(str(error), 300))
-        return {}
+        return {}, {}
 
 
 def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
