@@ -26,6 +26,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common._c_api_utils import call_onnx_api  # strips and restores weights
 
 from optimizer.match import const_array, static_shape
+from optimizer.shape_probe import forget_pinned, remember_unoptimized
 from optimizer.text import shorten
 
 log = logging.getLogger("fusionwatch.optimizer")
@@ -46,6 +47,8 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
         if not _fill_what_onnx_cannot(model):
             break
         _infer_once(model, refine)
+    if not refine:  # the graph as loaded, for shape_probe's pinned runs (no second serialization)
+        forget_pinned(model.graph)
 
 
 MAX_FILL_ROUNDS = 3
@@ -88,10 +91,15 @@ def _fill_what_onnx_cannot(model: ir.Model) -> bool:
 
 def _infer_once(model: ir.Model, refine: bool) -> None:
     infer = partial(
-        onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=_data_prop_is_bounded(model)
+        onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=data_prop_is_bounded(model)
     )
+    def run(proto: onnx.ModelProto) -> onnx.ModelProto:
+        if not refine and infer.keywords["data_prop"]:  # pinned runs propagate data too: only when bounded
+            remember_unoptimized(model.graph, proto)
+        return infer(proto)
+
     try:
-        inferred = call_onnx_api(infer, model)
+        inferred = call_onnx_api(run, model)
     except (onnx.shape_inference.InferenceError, RuntimeError) as error:
         # Rules then see fewer shapes and say so in their near misses; the model is unchanged.
         log.warning("shape inference failed: %s", shorten(str(error), 300))
@@ -141,7 +149,7 @@ def _forget_negative_dims(model: ir.Model) -> None:
 _GENERATORS = {"ConstantOfShape": 0, "Expand": 1, "Tile": 1, "Range": None}
 
 
-def _data_prop_is_bounded(model: ir.Model) -> bool:
+def data_prop_is_bounded(model: ir.Model) -> bool:
     """Whether onnx's data propagation can run without materializing a huge tensor.
 
     Data propagation computes shape-like values in C++, and a ConstantOfShape([2e9]) or a

@@ -29,6 +29,7 @@ log = logging.getLogger("fusionwatch.optimizer")
 # (batch, every other symbolic input dimension) for the two runs
 FIRST_SIZES, SECOND_SIZES = (2, 3), (5, 7)
 CACHE_KEY = "fusionwatch.pinned_shapes"
+PROTO_KEY = "fusionwatch.unoptimized_proto"
 # Ops onnx cannot infer whose first output has their first input's shape: onnxruntime's own
 # normalizations (LayerNormalization below opset 17 too) and the fused ops rules emit, which the
 # graph holds by the time a later rule asks. (MultiHeadAttention: our rules give it a query as
@@ -42,12 +43,31 @@ SAME_SHAPE_OPS = frozenset(
 Shapes = dict[str, tuple[int, ...]]
 
 
+def remember_unoptimized(graph: ir.Graph, proto: onnx.ModelProto) -> None:
+    """Keep the serialized graph as loaded (optimize's first shape inference makes it anyway):
+    the pinned runs infer it instead of serializing the graph again. Values keep their names
+    through every rewrite, and a rewrite preserves what each surviving value computes, so its
+    shapes stay true for them."""
+    graph.meta[PROTO_KEY] = proto
+
+
+def forget_pinned(graph: ir.Graph) -> None:
+    """Drop pinned shapes of an earlier optimization of this graph."""
+    graph.meta.pop(CACHE_KEY, None)
+
+
 def pinned_shapes(graph: ir.Graph, value: ir.Value) -> tuple[Shapes, Shapes]:
-    """Static shapes by value name at FIRST_SIZES and SECOND_SIZES, computed again only when
-    `value` is not among them and the graph changed since (a fused op inference now knows may
-    stand where an opaque one stood)."""
+    """Static shapes by value name at FIRST_SIZES and SECOND_SIZES.
+
+    From the graph as loaded when optimize kept it (once per optimization); otherwise from the
+    graph as it is, computed again only when `value` is not among them and the graph changed
+    since (a fused op inference now knows may stand where an opaque one stood)."""
     cached = graph.meta.get(CACHE_KEY)
-    if cached is None or (value.name not in cached[0] and cached[2] != graph.num_nodes()):
+    unoptimized = graph.meta.get(PROTO_KEY)
+    if cached is None and unoptimized is not None:
+        cached = (*_both(unoptimized), None)
+        graph.meta[CACHE_KEY] = cached
+    elif cached is None or (value.name not in cached[0] and cached[2] is not None and cached[2] != graph.num_nodes()):
         first, second = _infer_pinned(graph)
         cached = (first, second, graph.num_nodes())
         graph.meta[CACHE_KEY] = cached
@@ -69,17 +89,25 @@ def constant_dims(graph: ir.Graph, value: ir.Value) -> list[int | None] | None:
 
 def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
     """Both runs on one serialization of the graph (serializing costs more than inferring)."""
+    from optimizer.shape_inference import data_prop_is_bounded  # it imports this module
 
-    def both(proto: onnx.ModelProto) -> tuple[Shapes, Shapes]:
+    model = ir.Model(graph, ir_version=10)
+    if not data_prop_is_bounded(model):  # a huge generator: data propagation would allocate it
+        return {}, {}
+    return call_onnx_api(_both, model)
+
+
+def _both(proto: onnx.ModelProto) -> tuple[Shapes, Shapes]:
+    runs = []
+    for sizes in (FIRST_SIZES, SECOND_SIZES):
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)
-        return _run(copy, FIRST_SIZES), _run(proto, SECOND_SIZES)
-
-    try:
-        return call_onnx_api(both, ir.Model(graph, ir_version=10))
-    except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as error:
-        log.warning("pinned shape inference failed: %s", shorten(str(error), 300))
-        return {}, {}
+        try:
+            runs.append(_run(copy, sizes))
+        except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as error:
+            log.warning("pinned shape inference failed: %s", shorten(str(error), 300))
+            runs.append({})
+    return runs[0], runs[1]
 
 
 def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
