@@ -51,9 +51,12 @@ def remember_unoptimized(graph: ir.Graph, proto: onnx.ModelProto) -> None:
     graph.meta[PROTO_KEY] = proto
 
 
-def forget_pinned(graph: ir.Graph) -> None:
-    """Drop pinned shapes of an earlier optimization of this graph."""
+def forget_pinned(graph: ir.Graph, keep_unoptimized: bool = True) -> None:
+    """Drop pinned shapes of an earlier optimization of this graph (and, at the end of one, the
+    serialized graph they were inferred from, which a session would otherwise hold on to)."""
     graph.meta.pop(CACHE_KEY, None)
+    if not keep_unoptimized:
+        graph.meta.pop(PROTO_KEY, None)
 
 
 def pinned_shapes(graph: ir.Graph, value: ir.Value) -> tuple[Shapes, Shapes]:
