@@ -8,8 +8,9 @@ does not depend on the inputs' sizes there (the sizes are chosen so no product o
 them coincides). The first run also gives the shape arithmetic's values at known sizes, which the
 layout probes use to evaluate reshape targets read off values inference could not name.
 
-Runs only where a rule needs it, on the graph without its weights; cached on the graph by value
-name (a rewrite preserves what every surviving value computes, so a cached shape stays true).
+Runs only where a rule needs it, on the graph without its weights: the one optimize's first shape
+inference serialized (serializing costs more than inferring), and cached on the graph by value
+name; a rewrite keeps the names and meaning of the values it leaves, so those shapes stay true.
 """
 
 from __future__ import annotations
