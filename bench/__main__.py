@@ -10,8 +10,8 @@ Prints, per model:
     same level; timed in alternating blocks of two runs), the ratio against its target, our peak
     bytes of live intermediates (session.peak_bytes), the machine's 1-minute load average before
     and after, and our fusion speedup (disabled / all, our two sessions timed in alternating
-    blocks too). Every level runs on the kernel libraries the level-all session measured, so
-    that levels differ by their graphs only.
+    blocks too) next to onnxruntime's own. Every level runs on the kernel libraries the level-all
+    session measured, so that levels differ by their graphs only.
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
     (runtime/profile_table.py).
@@ -154,7 +154,7 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
     rows = {}
     choices = None
     libraries = None  # the ones the level-all session (else the last level's) measured
-    kept = {}  # our sessions at disabled and all, for the fusion speedup
+    kept: dict[str, dict] = {"ours": {}, "onnxruntime": {}}  # runs at disabled and all, for the fusion speedups
     # The session whose choice every level runs on is created first, so that the levels differ
     # by their graphs only: each level's graph has its own product shapes and would race the
     # libraries on its own, and on a loaded machine two races can pick two libraries, which
@@ -179,21 +179,30 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
             choices = ours.kernel_choices.as_dict()
             libraries = ours.kernel_choices.libraries()
         if level in ("disabled", "all"):
-            kept[level] = partial(ours.run, None, feeds)
+            kept["ours"][level] = partial(ours.run, None, feeds)
+            kept["onnxruntime"][level] = partial(reference.run, None, feeds)
         del ours, reference
     rows = {level: rows[level] for level in levels}
-    speedup = None
-    if len(kept) == 2:
+    speedups = {}
+    for engine, runs_by_level in kept.items():
+        if len(runs_by_level) < 2:
+            continue
         # Timed against each other in alternating blocks, as ours and onnxruntime's are: the
         # per-level medians above come minutes apart, and a shared machine's speed drifts more
-        # than that between them.
+        # than that between them. onnxruntime's own is printed beside ours: what fusion can
+        # win on a model depends on how much of its time is not in GEMMs, whoever runs it.
         load_before = os.getloadavg()[0]
-        disabled_ms, all_ms = interleaved_medians(kept["disabled"], kept["all"], runs)
-        speedup = {
+        disabled_ms, all_ms = interleaved_medians(runs_by_level["disabled"], runs_by_level["all"], runs)
+        speedups[engine] = {
             "speedup": disabled_ms / all_ms, "disabled_ms": disabled_ms, "all_ms": all_ms,
             "load_average": [load_before, os.getloadavg()[0]],
         }  # fmt: skip
-    return {"levels": rows, "fusion_speedup": speedup, "kernel_choices": choices}
+    return {
+        "levels": rows,
+        "fusion_speedup": speedups.get("ours"),
+        "ort_fusion_speedup": speedups.get("onnxruntime"),
+        "kernel_choices": choices,
+    }
 
 
 def describe_choice(choice: dict) -> str:
@@ -297,6 +306,13 @@ def main() -> None:
                     f"  fusion speedup (ours disabled / ours all, timed alternately, both on the libraries chosen at"
                     f" all): {fusion['disabled_ms']:.2f} / {fusion['all_ms']:.2f} = {fusion['speedup']:.2f}"
                     + (" (target >= 1.3)" if name == "bert_base" else "")
+                    + " at load average {:.1f}-{:.1f}".format(*fusion["load_average"])
+                )
+            fusion = executor["ort_fusion_speedup"]
+            if fusion is not None:
+                print(
+                    f"  onnxruntime's own (disabled / all, timed alternately): {fusion['disabled_ms']:.2f} /"
+                    f" {fusion['all_ms']:.2f} = {fusion['speedup']:.2f}"
                     + " at load average {:.1f}-{:.1f}".format(*fusion["load_average"])
                 )
             choices = executor["kernel_choices"]

@@ -1,7 +1,7 @@
 """`make bench-load`: the service under load, on loopback, for a bounded number of requests.
 
-Starts `fusionwatch serve` on 127.0.0.1 (a fresh SQLite database in a temporary folder, or
-FUSIONWATCH_BENCH_DATABASE_URL), with jobs sent to Celery on Redis (FUSIONWATCH_BENCH_REDIS_URL, default
+Starts `fusionwatch serve` on 127.0.0.1 (a fresh SQLite database in a temporary folder, or a schema
+of its own on the PostgreSQL server --database-url / FUSIONWATCH_BENCH_DATABASE_URL names), with jobs sent to Celery on Redis (FUSIONWATCH_BENCH_REDIS_URL, default
 redis://127.0.0.1:6379/0, a queue nobody consumes and that is purged afterwards), so the API is measured
 alone rather than beside a worker measuring models on the same two cores. From this second process it
 drives, with a fixed number of requests in flight:
@@ -12,9 +12,12 @@ drives, with a fixed number of requests in flight:
   3. POST /results, one commit each, building a 10,000-commit series;
   4. history reads of that whole series: the target is < 100 ms.
 
-Prints a table and writes bench/results/load.json with the machine's CPU.
+Prints a table and writes bench/results/load.json with the machine's CPU and load average. Beside
+req/s and latency it prints the server's CPU time per request, which moves less than req/s when
+other work shares the machine's cores.
 
     python -m bench.load [--webhooks 10000] [--uploads 200] [--results 10000] [--reads 50] [--concurrency 16]
+                         [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from onnx import TensorProto, helper
@@ -55,77 +60,180 @@ def _model(index: int) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-async def _drive(count: int, concurrency: int, request) -> dict:
-    """`count` calls of `request(i)` with `concurrency` in flight; latencies and errors."""
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) process `pid` has used so far; None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Reply:
+    status_code: int
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode(errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection, requests one at a time. The load comes from this process
+    on the server's own two cores, so it is driven this cheaply (a tenth of httpx's CPU time per
+    request): what it spends is taken from the server under test."""
+
+    def __init__(self, host: str, port: int, prefix: str) -> None:
+        self.host, self.port, self.prefix = host, port, prefix
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: bytes = b"", content_type: str = "application/json") -> Reply:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = (f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n")
+        self.writer.write(head.encode() + body)
+        status_line, *header_lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = dict(line.lower().split(": ", 1) for line in header_lines if line)
+        if "content-length" not in headers:
+            raise ValueError(f"{method} {path}: reply without Content-Length ({status_line})")
+        reply = Reply(int(status_line.split(" ", 2)[1]), await self.reader.readexactly(int(headers["content-length"])))
+        if headers.get("connection") == "close":
+            await self.close()
+        return reply
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.reader = self.writer = None
+
+
+def _multipart(name: str, content: bytes) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n").encode() + content + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+async def _drive(count: int, concurrency: int, request, connect, server_pid: int) -> dict:
+    """`count` calls of `request(connection, i)` with `concurrency` in flight, each on a connection
+    of its own; latencies, errors, and the CPU time per request of the server and of this client (on
+    a machine shared with other work, req/s moves with the neighbours' load; the server's CPU time
+    per request is what its code costs)."""
     latencies: list[float] = []
     errors: list[str] = []
     next_index = 0
 
     async def worker() -> None:
         nonlocal next_index
+        connection = connect()
         while next_index < count:
             index = next_index
             next_index += 1
             started = time.perf_counter()
             try:
-                response = await request(index)
+                response = await request(connection, index)
                 if response.status_code >= 400:
                     errors.append(f"{response.status_code}: {response.text[:200]}")
-            except httpx.HTTPError as error:
+            except (OSError, ValueError, asyncio.IncompleteReadError) as error:
                 errors.append(f"{type(error).__name__}: {error}")
+                await connection.close()
             latencies.append((time.perf_counter() - started) * 1000)
+        await connection.close()
 
+    server_cpu, client_cpu = _cpu_seconds(server_pid), time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
+    server_cpu = (_cpu_seconds(server_pid) - server_cpu) if server_cpu is not None else None
+    client_cpu = time.process_time() - client_cpu
     ordered = sorted(latencies)
     return {
         "requests": count,
         "per_s": count / elapsed,
         "p50_ms": statistics.median(ordered),
         "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "server_cpu_ms": server_cpu / count * 1000 if server_cpu is not None else None,
+        "client_cpu_ms": client_cpu / count * 1000,
         "errors": len(errors),
         "first_errors": errors[:3],
     }
 
 
-async def _run(base: str, args) -> dict:
-    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
-    async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as client:
-        settings = {"levels": ["basic"], "engines": ["fusionwatch"], "runs": 1, "warmup": 0}
-        (await client.post("/projects", json={"name": "load", "settings": settings})).raise_for_status()
-        first = await client.post("/projects/load/models", files={"file": ("m.onnx", _model(0))})
-        first.raise_for_status()
+async def _run(port: int, args, server_pid: int) -> dict:
+    def connect() -> Connection:
+        return Connection("127.0.0.1", port, "/api/v1")
 
-        def webhook(i: int):
-            payload = {"project": "load", "sha": f"w{i:08d}", "branch": "main", "parents": [f"w{i - 1:08d}"] if i else []}
-            return client.post("/webhooks/ci", json=payload)
+    setup = connect()
+    settings = {"levels": ["basic"], "engines": ["fusionwatch"], "runs": 1, "warmup": 0}
+    for reply in (
+        await setup.request("POST", "/projects", json.dumps({"name": "load", "settings": settings}).encode()),
+        await setup.request("POST", "/projects/load/models", *_multipart("m.onnx", _model(0))),
+    ):
+        if reply.status_code >= 400:
+            raise SystemExit(f"setting up the project failed: {reply.status_code} {reply.text[:300]}")
+    await setup.close()  # uvicorn closes connections idle for 5 s
 
-        def upload(i: int):
-            return client.post("/projects/load/models", files={"file": (f"m{i % 20}.onnx", _model(i + 1))})
+    def webhook(connection: Connection, i: int):
+        payload = {"project": "load", "sha": f"w{i:08d}", "branch": "main", "parents": [f"w{i - 1:08d}"] if i else []}
+        return connection.request("POST", "/webhooks/ci", json.dumps(payload).encode())
 
-        def result(i: int):
-            document = {
-                "project": "load",
-                "commit": {"sha": f"r{i:08d}", "branch": "results", "parents": [f"r{i - 1:08d}"] if i else []},
-                "results": [{"model": "series.onnx", "engine": "onnxruntime", "engine_version": "1.20.0",
-                             "level": "all", "fusions": {"com.microsoft.BiasGelu": 2},
-                             "execute_ms": [1.0 + (i % 7) * 0.01 for _ in range(10)]}],
-            }
-            return client.post("/results", json=document)
+    def upload(connection: Connection, i: int):
+        return connection.request("POST", "/projects/load/models", *_multipart(f"m{i % 20}.onnx", _model(i + 1)))
 
-        def history(i: int):
-            return client.get("/projects/load/history", params={"model": "series.onnx", "limit": 10_000})
-
-        report = {
-            "webhooks": await _drive(args.webhooks, args.concurrency, webhook),
-            "uploads": await _drive(args.uploads, args.concurrency, upload),
-            "results": await _drive(args.results, args.concurrency, result),
+    def result(connection: Connection, i: int):
+        document = {
+            "project": "load",
+            "commit": {"sha": f"r{i:08d}", "branch": "results", "parents": [f"r{i - 1:08d}"] if i else []},
+            "results": [{"model": "series.onnx", "engine": "onnxruntime", "engine_version": "1.20.0",
+                         "level": "all", "fusions": {"com.microsoft.BiasGelu": 2},
+                         "execute_ms": [1.0 + (i % 7) * 0.01 for _ in range(10)]}],
         }
-        check = await history(0)
-        points = len(check.json()["series"][0]["points"])
-        report["history_reads"] = await _drive(args.reads, 1, history) | {"points": points}
-        return report
+        return connection.request("POST", "/results", json.dumps(document).encode())
+
+    def history(connection: Connection, i: int):
+        return connection.request("GET", "/projects/load/history?model=series.onnx&limit=10000")
+
+    report = {
+        "webhooks": await _drive(args.webhooks, args.concurrency, webhook, connect, server_pid),
+        "uploads": await _drive(args.uploads, args.concurrency, upload, connect, server_pid),
+        "results": await _drive(args.results, args.concurrency, result, connect, server_pid),
+    }
+    check = await history(setup, 0)
+    await setup.close()
+    if check.status_code >= 400:
+        raise SystemExit(f"history read failed: {check.status_code} {check.text[:300]}")
+    points = len(check.json()["series"][0]["points"])
+    report["history_reads"] = await _drive(args.reads, 1, history, connect, server_pid) | {"points": points}
+    return report
+
+
+def _postgresql_schema(server_url: str) -> tuple[str, str]:
+    """A schema of its own on the PostgreSQL server (dropped afterwards): its URL and its name."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    schema = f"bench_load_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server_url)
+    with admin.begin() as connection:
+        connection.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    admin.dispose()
+    scoped = make_url(server_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    return scoped.render_as_string(hide_password=False), schema
+
+
+def _drop_schema(server_url: str, schema: str) -> None:
+    from sqlalchemy import create_engine
+
+    admin = create_engine(server_url)
+    with admin.begin() as connection:
+        connection.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+    admin.dispose()
 
 
 def main() -> None:
@@ -135,10 +243,19 @@ def main() -> None:
     parser.add_argument("--results", type=int, default=10_000)
     parser.add_argument("--reads", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--database-url", default=os.environ.get("FUSIONWATCH_BENCH_DATABASE_URL"),
+                        help="a PostgreSQL server (postgresql+psycopg://...; the run gets a schema of its own, "
+                        "dropped afterwards); default a fresh SQLite file")
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="fusionwatch-load-"))
-    database = os.environ.get("FUSIONWATCH_BENCH_DATABASE_URL", f"sqlite:///{folder / 'load.db'}")
+    schema = None
+    if args.database_url:
+        if not args.database_url.startswith("postgresql"):
+            raise SystemExit(f"--database-url {args.database_url!r}: expected postgresql+psycopg://...")
+        database, schema = _postgresql_schema(args.database_url)
+    else:
+        database = f"sqlite:///{folder / 'load.db'}"
     redis_url = os.environ.get("FUSIONWATCH_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     env = os.environ | {
@@ -149,7 +266,40 @@ def main() -> None:
         "FUSIONWATCH_LOG_LEVEL": "WARNING",
     }
     fusionwatch = [sys.executable, "-m", "service.cli"]
-    subprocess.run([*fusionwatch, "db", "upgrade"], env=env, check=True, capture_output=True)
+    load_before = os.getloadavg()
+    try:
+        subprocess.run([*fusionwatch, "db", "upgrade"], env=env, check=True, capture_output=True)
+        report = _serve_and_drive(fusionwatch, env, folder, args)
+    finally:
+        import redis
+
+        redis.Redis.from_url(redis_url).delete(queue)
+        if schema is not None:
+            _drop_schema(args.database_url, schema)
+    machine = describe_machine()
+    load_after = os.getloadavg()
+    report |= {"cpu": machine["cpu"], "cores": machine["cores"], "database": database.split(":")[0].split("+")[0],
+               "concurrency": args.concurrency, "python": platform.python_version(),
+               "load_average_before": load_before, "load_average_after": load_after,
+               "command": " ".join(["python -m bench.load", *sys.argv[1:]])}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "load.json").write_text(json.dumps(report, indent=2))
+    print(f"{machine['cpu']}, {machine['cores']} cores; {report['database']}; {args.concurrency} requests in flight; "
+          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
+    print(f"{'':16}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'server CPU ms/req':>19}"
+          f"{'client CPU ms/req':>19}")
+    for name in ("webhooks", "uploads", "results", "history_reads"):
+        row = report[name]
+        server_cpu = f"{row['server_cpu_ms']:.2f}" if row["server_cpu_ms"] is not None else "-"
+        print(f"{name:16}{row['requests']:>9}{row['per_s']:>9.1f}{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}"
+              f"{row['errors']:>8}{server_cpu:>19}{row['client_cpu_ms']:>19.2f}")
+        for error in row["first_errors"]:
+            print(f"    {error}")
+    print(f"history reads return {report['history_reads']['points']} points; targets: webhooks >= 300/s, "
+          "p99 < 200 ms, 0 errors; history < 100 ms")
+
+
+def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, args) -> dict:
     port = _free_port()
     log = (folder / "serve.log").open("w")
     server = subprocess.Popen([*fusionwatch, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -164,27 +314,10 @@ def main() -> None:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise SystemExit(f"the service did not start:\n{(folder / 'serve.log').read_text()}") from None
                 time.sleep(0.25)
-        report = asyncio.run(_run(base, args))
+        return asyncio.run(_run(port, args, server.pid))
     finally:
         server.terminate()
         server.wait(timeout=30)
-        import redis
-
-        redis.Redis.from_url(redis_url).delete(queue)
-    machine = describe_machine()
-    report |= {"cpu": machine["cpu"], "cores": machine["cores"], "database": database.split(":")[0],
-               "concurrency": args.concurrency, "python": platform.python_version()}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "load.json").write_text(json.dumps(report, indent=2))
-    print(f"{machine['cpu']}, {machine['cores']} cores; {report['database']}; {args.concurrency} requests in flight")
-    print(f"{'':16}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
-    for name in ("webhooks", "uploads", "results", "history_reads"):
-        row = report[name]
-        print(f"{name:16}{row['requests']:>9}{row['per_s']:>9.1f}{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}{row['errors']:>8}")
-        for error in row["first_errors"]:
-            print(f"    {error}")
-    print(f"history reads return {report['history_reads']['points']} points; targets: webhooks >= 300/s, "
-          "p99 < 200 ms, 0 errors; history < 100 ms")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.config import Settings
@@ -30,9 +31,18 @@ def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    with request.app.state.services.session_factory() as session:
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A session for one request. Opening one does no I/O, so it is made on the event loop rather
+    than in a worker thread (a sync dependency costs two thread hops per request); closing it is
+    I/O only while it still holds a connection (a read's transaction), and then runs in a thread."""
+    session = request.app.state.services.session_factory()
+    try:
         yield session
+    finally:
+        if session.in_transaction():
+            await run_in_threadpool(session.close)
+        else:
+            session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from service.errors import Invalid, NotFound
 from service.models import Commit, Project
+from service.models.base import utc_now
 
 MAX_SHA_CHARS = 64
+
+# Built once, and one INSERT ... RETURNING with the arrival number computed inside it: a webhook's
+# commit is on the hot path, where building statements and an ORM flush cost more than the writes.
+_COMMIT_BY_SHA = select(Commit).where(Commit.project_id == bindparam("project_id"), Commit.sha == bindparam("sha"))
+_NEXT_SEQ = select(func.coalesce(func.max(Commit.seq), 0) + 1).where(Commit.project_id == bindparam("project_id"))
+_INSERT_COMMIT = (
+    insert(Commit)
+    .values({name: bindparam(name) for name in
+             ("project_id", "sha", "branch", "parents", "message", "author", "timestamp", "created_at")}
+            | {"seq": _NEXT_SEQ.scalar_subquery()})
+    .returning(Commit)
+)
 
 
 def record_commit(
@@ -33,27 +46,18 @@ def record_commit(
         raise Invalid("a commit has at most 16 parents, each a sha of at most 64 characters")
     if timestamp is not None and timestamp.tzinfo is None:
         raise Invalid("commit timestamp must carry a time zone (e.g. 2026-11-24T10:00:00Z)")
-    commit = session.scalar(select(Commit).where(Commit.project_id == project.id, Commit.sha == sha))
+    commit = session.scalar(_COMMIT_BY_SHA, {"project_id": project.id, "sha": sha})
     if commit is not None:
         commit.parents = commit.parents or parents
         commit.message = commit.message or message[:10_000]
         commit.author = commit.author or author[:255]
         commit.timestamp = commit.timestamp or timestamp
         return commit
-    seq = (session.scalar(select(func.max(Commit.seq)).where(Commit.project_id == project.id)) or 0) + 1
-    commit = Commit(
-        project_id=project.id,
-        sha=sha,
-        branch=(branch or "main")[:255],
-        parents=parents,
-        message=message[:10_000],
-        author=author[:255],
-        timestamp=timestamp,
-        seq=seq,
-    )
-    session.add(commit)
-    session.flush()
-    return commit
+    return session.scalars(
+        _INSERT_COMMIT,
+        {"project_id": project.id, "sha": sha, "branch": (branch or "main")[:255], "parents": parents,
+         "message": message[:10_000], "author": author[:255], "timestamp": timestamp, "created_at": utc_now()},
+    ).one()
 
 
 def get_commit(session: Session, project: Project, sha: str) -> Commit:

@@ -3,35 +3,16 @@ where those disagree with the timing alerts), and one commit's diff against its 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, func, select
 from sqlalchemy.orm import Session
 
 from service.alerts.change_points import change_points
 from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
-
-
-def _point(result: Result, commit: Commit) -> dict[str, Any]:
-    return {
-        "commit": commit.sha,
-        "branch": commit.branch,
-        "message": commit.message.splitlines()[0][:200] if commit.message else "",
-        "timestamp": commit.timestamp.isoformat() if commit.timestamp else None,
-        "result_id": result.id,
-        "engine_version": result.engine_version,
-        "graph_hash": result.graph_hash,
-        "fusions": result.fusions,
-        "nodes_after": result.nodes_after,
-        "median_ms": result.median_ms,
-        "p10_ms": result.p10_ms,
-        "p90_ms": result.p90_ms,
-        "mad_ms": result.mad_ms,
-        "samples": len(result.execute_ms),
-        "numeric_ok": result.numeric_ok,
-    }
 
 
 def history(
@@ -42,35 +23,66 @@ def history(
     level: str | None = None,
     limit: int = 1000,
 ) -> list[dict[str, Any]]:
-    """One series per (model, engine, level, machine class), points in commit order (oldest first)."""
-    query = (
-        select(Result, Commit, Model.name)
+    """One series per (model, engine, level, machine class), points in commit order (oldest first): the
+    latest result at each of the series' last `limit` commits (a re-measurement replaces the earlier one).
+
+    Only the columns a point shows are read, never the timing samples themselves (their count is
+    counted by the database), and the database picks each series' last `limit` commits, so a read
+    of 10,000 commits costs what its rows cost."""
+    filters = [Result.project_id == project.id]
+    if model is not None:
+        filters.append(Result.model_id == model.id)
+    if engine is not None:
+        filters.append(Result.engine == engine)
+    if level is not None:
+        filters.append(Result.level == level)
+    series_key = (Result.model_id, Result.engine, Result.level, Result.machine_class)
+    latest = select(func.max(Result.id).label("id")).where(*filters).group_by(*series_key, Result.commit_id).subquery()
+    ranked = (
+        select(
+            Result.id, Model.name.label("model"), Result.engine, Result.level, Result.machine_class,
+            Result.engine_version, Result.graph_hash, cast(Result.fusions, Text).label("fusions"), Result.nodes_after,
+            Result.median_ms, Result.p10_ms, Result.p90_ms, Result.mad_ms,
+            func.json_array_length(Result.execute_ms).label("samples"), Result.numeric_ok,
+            Commit.sha, Commit.branch, Commit.message, Commit.timestamp, Commit.seq,
+            func.row_number().over(partition_by=series_key, order_by=Commit.seq.desc()).label("rank"),
+        )
+        .join(latest, latest.c.id == Result.id)
         .join(Commit, Commit.id == Result.commit_id)
         .join(Model, Model.id == Result.model_id)
-        .where(Result.project_id == project.id)
+        .subquery()
     )
-    if model is not None:
-        query = query.where(Result.model_id == model.id)
-    if engine is not None:
-        query = query.where(Result.engine == engine)
-    if level is not None:
-        query = query.where(Result.level == level)
-    rows = session.execute(query.order_by(Commit.seq.desc(), Result.id.desc()).limit(limit * 20)).all()
+    rows = session.execute(select(ranked).where(ranked.c.rank <= limit).order_by(ranked.c.seq, ranked.c.id)).all()
+    # Fused-op counts read as text and parsed once per distinct value: a series repeats the same few.
+    parsed: dict[str | None, dict[str, int]] = {None: {}}
     series: dict[tuple, dict[str, Any]] = {}
-    for result, commit, model_name in reversed(rows):
-        key = (model_name, result.engine, result.level, result.machine_class)
-        entry = series.setdefault(
-            key,
-            {"model": model_name, "engine": result.engine, "level": result.level,
-             "machine_class": result.machine_class, "points": []},
-        )
-        points = entry["points"]
-        if points and points[-1]["commit"] == commit.sha:
-            points[-1] = _point(result, commit)  # a re-measurement replaces the earlier one
-        else:
-            points.append(_point(result, commit))
+    for row in rows:
+        key = (row.model, row.engine, row.level, row.machine_class)
+        entry = series.get(key)
+        if entry is None:
+            entry = series[key] = {"model": row.model, "engine": row.engine, "level": row.level,
+                                   "machine_class": row.machine_class, "points": []}
+        fusions = parsed.get(row.fusions)
+        if fusions is None:
+            fusions = parsed[row.fusions] = json.loads(row.fusions)
+        entry["points"].append({
+            "commit": row.sha,
+            "branch": row.branch,
+            "message": row.message.splitlines()[0][:200] if row.message else "",
+            "timestamp": row.timestamp.isoformat() if row.timestamp else None,
+            "result_id": row.id,
+            "engine_version": row.engine_version,
+            "graph_hash": row.graph_hash,
+            "fusions": fusions,
+            "nodes_after": row.nodes_after,
+            "median_ms": row.median_ms,
+            "p10_ms": row.p10_ms,
+            "p90_ms": row.p90_ms,
+            "mad_ms": row.mad_ms,
+            "samples": row.samples or 0,
+            "numeric_ok": row.numeric_ok,
+        })
     for entry in series.values():
-        entry["points"] = entry["points"][-limit:]
         _mark_change_points(session, project, entry)
     return list(series.values())
 

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from optimizer import LoadLimits, ModelLoadError, check_model_file
@@ -93,5 +93,8 @@ def get_model(session: Session, project: Project, name: str) -> Model:
     return model
 
 
+_PROJECT_MODELS = select(Model).where(Model.project_id == bindparam("project_id")).order_by(Model.id)
+
+
 def project_models(session: Session, project: Project) -> list[Model]:
-    return list(session.scalars(select(Model).where(Model.project_id == project.id).order_by(Model.id)))
+    return list(session.scalars(_PROJECT_MODELS, {"project_id": project.id}))

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -41,8 +41,12 @@ def create_project(
     return project
 
 
+# Built once: every request names its project, and building a statement costs more than running it.
+_PROJECT_NAMED = select(Project).where(Project.name == bindparam("name"))
+
+
 def get_project(session: Session, name: str) -> Project:
-    project = session.scalar(select(Project).where(Project.name == name))
+    project = session.scalar(_PROJECT_NAMED, {"name": name})
     if project is None:
         raise NotFound(f"no project named {name[:200]!r}")
     return project

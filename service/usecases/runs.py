@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from service.errors import NotFound
@@ -15,6 +15,12 @@ from service.protocol import protocol_for
 
 # Alerts that make a run's verdict "regression"; fusion-change (counts rose) is information.
 REGRESSION_KINDS = ("fusion-regression", "timing-regression", "numeric-mismatch")
+
+# Built once, INSERT ... RETURNING rather than a unit-of-work flush: this is every webhook's path.
+_INSERT_RUN = insert(Run).values(
+    {name: bindparam(name) for name in ("project_id", "commit_id", "trigger", "state", "created_at", "finished_at")}
+).returning(Run)
+_INSERT_JOBS = insert(Job).returning(Job, sort_by_parameter_order=True)
 
 
 def start_run(
@@ -27,26 +33,20 @@ def start_run(
 ) -> tuple[Run, list[Job]]:
     """A run with its jobs queued. Dispatch them (service/queue.py) after the transaction commits."""
     protocol = protocol_for(project.settings)
-    run = Run(project_id=project.id, commit_id=commit.id, trigger=trigger, state="running")
-    session.add(run)
-    session.flush()
-    jobs = [
-        Job(
-            run_id=run.id,
-            model_id=model.id,
-            model_file_id=model.latest_file_id,
-            engine=engine,
-            level=level,
-            machine_class=machine_class,
-        )
+    created = utc_now()
+    run = session.scalars(
+        _INSERT_RUN,
+        {"project_id": project.id, "commit_id": commit.id, "trigger": trigger, "state": "running" if models else "done",
+         "created_at": created, "finished_at": None if models else created},
+    ).one()
+    rows = [
+        {"run_id": run.id, "model_id": model.id, "model_file_id": model.latest_file_id, "engine": engine,
+         "level": level, "machine_class": machine_class, "state": "queued", "attempts": 0, "created_at": created}
         for model in models
         for engine in protocol.engines
         for level in protocol.levels
     ]
-    session.add_all(jobs)
-    if not jobs:
-        run.state, run.finished_at = "done", utc_now()
-    session.flush()
+    jobs = list(session.scalars(_INSERT_JOBS, rows)) if rows else []
     return run, jobs
 
 
