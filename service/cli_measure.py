@@ -60,7 +60,7 @@ def run_command(
     threads: ThreadsOption = 0,
     sequence_length: SequenceOption = 128,
     as_json: JsonOption = False,
-    server: Annotated[str | None, typer.Option("--server", help="post the results to this service")] = None,
+    server: Annotated[str | None, typer.Option("--server", help="post the results to this service (with a write token in FUSIONWATCH_TOKEN)")] = None,
     project: Annotated[str | None, typer.Option("--project", help="project name (with --server)")] = None,
     commit: Annotated[str | None, typer.Option("--commit", help="commit sha the results are for (with --server)")] = None,
     branch: Annotated[str, typer.Option("--branch", help="branch of the commit")] = "main",
