@@ -17,6 +17,7 @@ from runtime.kernels import (
     contrib_attention,
     contrib_linear,
     contrib_normalization,
+    contrib_rotary_embedding,
     control_flow,
     conv,
     conv_nhwc,
@@ -65,6 +66,7 @@ FAMILIES: list = [
     contrib_activation,
     contrib_normalization,
     contrib_attention,
+    contrib_rotary_embedding,
     contrib_linear,
 ]
 
