@@ -28,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from optimizer import constant_eval
+from optimizer.fusions.gelu_fusion import check_gelu_dtype
 from optimizer.match import (
     MS,
     attr,
@@ -47,6 +48,8 @@ from optimizer.shape_probe import constant_dims, pinned_shapes
 
 PROBE_BATCH, PROBE_SEQUENCE = 2, 3  # stand-ins for dimensions the graph leaves symbolic
 MAX_BOUND_NODES = 24  # shape arithmetic behind a slice bound that the probe will evaluate
+# What onnxruntime's CPU provider registers the op for (bfloat16 has no kernel there).
+ROTARY_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16})
 
 
 class RotaryEmbeddingFusion(Rule):
@@ -76,6 +79,9 @@ class RotaryEmbeddingFusion(Rule):
                 f"Concat's second input comes from {describe(lower)}, not a Slice of '{value_name(x)}'",
                 lower,
             )
+        dtype_problem = check_gelu_dtype(x, "RotaryEmbedding", ROTARY_TYPES)
+        if dtype_problem:
+            return dtype_problem
         dims = constant_dims(graph, x)
         if dims is None or len(dims) != 4 or dims[1] is None or dims[3] is None:
             return fail(

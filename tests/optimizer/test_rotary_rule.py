@@ -21,7 +21,9 @@ HEADS, HEAD_SIZE = 2, 8
 RNG = np.random.default_rng(3)
 
 
-def rotary_model(*, positions=("batch", "seq"), slice_at=HEAD_SIZE // 2, scale=None, cos_axis=1):
+def rotary_model(
+    *, positions=("batch", "seq"), slice_at=HEAD_SIZE // 2, scale=None, cos_axis=1, x_type=TensorProto.FLOAT
+):
     """x (batch, 2, seq, 8) rotated Llama's way by angles position_ids · inv_freq."""
     half = HEAD_SIZE // 2
     ints = {"last": [-1], "heads": [cos_axis], "zero": [0], "at": [slice_at], "end": [HEAD_SIZE]}
@@ -60,7 +62,7 @@ def rotary_model(*, positions=("batch", "seq"), slice_at=HEAD_SIZE // 2, scale=N
         nodes,
         "rope",
         [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", HEADS, "seq", HEAD_SIZE]),
+            helper.make_tensor_value_info("x", x_type, ["batch", HEADS, "seq", HEAD_SIZE]),
             helper.make_tensor_value_info("position_ids", TensorProto.INT64, list(positions)),
         ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -131,3 +133,8 @@ def test_llama_with_offset_positions_per_row(name, level):
     expected = run_onnxruntime(model, feeds)
     for (output, want), got in zip(expected.items(), _run_ours(model, feeds, level), strict=True):
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=output)
+
+
+def test_a_type_onnxruntime_has_no_kernel_for_is_a_near_miss():
+    miss = _miss(rotary_model(x_type=TensorProto.DOUBLE))
+    assert miss.step == "dtype" and "double" in miss.reason
