@@ -15,6 +15,7 @@ from runtime.kernels import (
     col2im,
     contrib_activation,
     contrib_attention,
+    contrib_group_query_attention,
     contrib_linear,
     contrib_normalization,
     contrib_rotary_embedding,
@@ -66,6 +67,7 @@ FAMILIES: list = [
     contrib_activation,
     contrib_normalization,
     contrib_attention,
+    contrib_group_query_attention,
     contrib_rotary_embedding,
     contrib_linear,
 ]
