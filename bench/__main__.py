@@ -14,7 +14,8 @@ Prints, per model:
     session measured, so that levels differ by their graphs only.
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
-    (runtime/profile_table.py).
+    (runtime/profile_table.py), and each node's fastest call summed per op type, the
+    comparison of the kernels themselves that a loaded machine distorts least.
 Writes bench/results/<model>.json with the machine's CPU and thread count.
 
     python -m bench [--models bert_base gpt2_small resnet50] [--runs 10] [--threads 2] [--skip-runtime]
@@ -202,6 +203,7 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
         "fusion_speedup": speedups.get("ours"),
         "ort_fusion_speedup": speedups.get("onnxruntime"),
         "kernel_choices": choices,
+        "libraries": libraries,  # what every level ran on
     }
 
 
@@ -214,30 +216,64 @@ def describe_choice(choice: dict) -> str:
     return f"{choice['library']} ({ranked} ms)"
 
 
-def profile_rows(path: Path, threads: int, runs: int, top: int) -> dict:
+def profile_rows(path: Path, threads: int, runs: int, top: int, libraries=None, levels=("all",)) -> dict:
     """The `top` costliest op types per run at level all, ours and onnxruntime's, each from its
-    own profile trace (the first run, a warm-up, left out)."""
+    own profile trace (the first run, a warm-up, left out), and at each of `levels` the sum of
+    each node's fastest call (`fastest_node_ms`). Our sessions run on `libraries` where given
+    (the ones the timed level-all session chose), so that the levels compare graphs."""
     import runtime
     from runtime.profile_table import load_trace, profile_table
 
-    reference = ort_session(path, "all", threads, profile=True)
-    feeds = feeds_for(reference)
-    ours = runtime.InferenceSession(
-        str(path),
-        runtime.SessionOptions(graph_optimization_level="all", intra_op_num_threads=threads, enable_profiling=True),
-    )
-    tables = {}
-    for name, session in (("ours", ours), ("onnxruntime", reference)):
-        for _ in range(runs + 1):
-            session.run(None, feeds)
-        trace = Path(session.end_profiling())
-        table = profile_table(load_trace(trace), skip_runs=1)
-        trace.unlink()
-        tables[name] = {
-            "model_run_ms": table.median_model_run_ms,
-            "ops": [{"op": t.op, "calls": t.calls_per_run, "ms": t.us_per_run / 1000} for t in table.ops[:top]],
-        }
+    tables: dict[str, dict] = {"ours": {}, "onnxruntime": {}}
+    for level in sorted(set(levels) | {"all"}, key=lambda name: name != "all"):
+        reference = ort_session(path, level, threads, profile=True)
+        feeds = feeds_for(reference)
+        options = runtime.SessionOptions(
+            graph_optimization_level=level, intra_op_num_threads=threads, enable_profiling=True
+        )
+        if libraries:
+            options.kernel_libraries = libraries
+        ours = runtime.InferenceSession(str(path), options)
+        for name, session in (("ours", ours), ("onnxruntime", reference)):
+            for _ in range(runs + 1):
+                session.run(None, feeds)
+            trace = Path(session.end_profiling())
+            events = load_trace(trace)
+            trace.unlink()
+            fastest = fastest_node_ms(events)
+            table = tables[name]
+            table.setdefault("fastest_nodes_ms", {})[level] = sum(fastest.values())
+            if level == "all":
+                summary = profile_table(events, skip_runs=1)
+                table["model_run_ms"] = summary.median_model_run_ms
+                table["ops"] = [
+                    {"op": t.op, "calls": t.calls_per_run, "ms": t.us_per_run / 1000} for t in summary.ops[:top]
+                ]
+                table["fastest_ops"] = [{"op": op, "ms": ms} for op, ms in list(fastest.items())[:top]]
+        del ours, reference
     return tables
+
+
+def fastest_node_ms(events: list[dict]) -> dict[str, float]:
+    """Per op type, the sum over its nodes of each node's fastest kernel time (ms), the first
+    (warm-up) call of each node left out; costliest first.
+
+    Why beside the medians: on a machine shared with other work, a run's median is mostly the
+    load's, and the load weighs differently on each engine's threads (onnxruntime's spin,
+    ours sleep). A node's fastest call over the runs is the nearest a loaded machine comes to
+    its quiet cost, so these sums compare the kernels themselves; being each node's best, not
+    one run's, they are a floor below any real run."""
+    calls: dict[str, list] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            args = event.get("args", {})
+            key = args.get("node_index") or event["name"]
+            calls.setdefault(key, [args.get("op_name", "?")]).append(event["dur"])
+    totals: dict[str, float] = {}
+    for op, *durations in calls.values():
+        timed = durations[1:] or durations
+        totals[op] = totals.get(op, 0.0) + min(timed) / 1000
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 def print_profile(name: str, tables: dict) -> None:
@@ -245,6 +281,14 @@ def print_profile(name: str, tables: dict) -> None:
     for engine, table in tables.items():
         ops = ", ".join(f"{row['op']} {row['ms']:.2f} ({row['calls']:g}x)" for row in table["ops"])
         print(f"  {engine:<11} model_run {table['model_run_ms']:.2f}: {ops}")
+    print("  each node's fastest call, summed (a floor the load moves least; see fastest_node_ms)")
+    for engine, table in tables.items():
+        ops = ", ".join(f"{row['op']} {row['ms']:.2f}" for row in table["fastest_ops"])
+        floors = table["fastest_nodes_ms"]
+        line = f"  {engine:<11} {floors['all']:.2f}: {ops}"
+        if "disabled" in floors:
+            line += f"; at disabled {floors['disabled']:.2f}, so disabled / all = {floors['disabled'] / floors['all']:.2f}"
+        print(line)
 
 
 def main() -> None:
@@ -319,7 +363,11 @@ def main() -> None:
             print(f"  chosen at {'all' if 'all' in executor['levels'] else args.levels[-1]} on {cpu.model}: "
                   f"GEMMs on {describe_choice(choices['gemm'])}; convolutions on {describe_choice(choices['conv'])}")
             if args.profile:
-                result["profile"] = profile_rows(path, args.threads, args.runs, args.profile)
+                result["profile"] = profile_rows(
+                    path, args.threads, args.runs, args.profile,
+                    libraries=executor["libraries"],
+                    levels=[level for level in ("disabled", "all") if level in args.levels],
+                )  # fmt: skip
                 print_profile(name, result["profile"])
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(f"\nresults in {RESULTS}/")

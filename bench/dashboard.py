@@ -26,12 +26,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert, select
 
 from bench.__main__ import cpu_name
+from bench.tokens import bench_token
 from service import migrate
 from service.app import create_app
 from service.core.config import Settings
 from service.db import make_engine, make_session_factory
 from service.models import Alert, Commit, Model, Project, Result, ResultFusion, Run
-from service.usecases.tokens import create_token
 
 SERIES = [("fusionwatch", "disabled"), ("fusionwatch", "extended"), ("onnxruntime", "disabled"), ("onnxruntime", "extended")]
 FUSIONS = {"com.microsoft.Attention": 2, "com.microsoft.BiasGelu": 2, "com.microsoft.SkipLayerNormalization": 4}
@@ -115,7 +115,7 @@ def main() -> None:
         }
         timings = {}
         with TestClient(create_app(url, Settings(data_dir=Path(scratch) / "data"))) as client:
-            client.headers["Authorization"] = f"Bearer {_read_token(url)}"  # as a signed-in reader sees them
+            client.headers["Authorization"] = f"Bearer {bench_token(url, 'bench-reader', 'read')}"  # as a signed-in reader sees them
             for name, path in pages.items():
                 seconds, size = [], 0
                 for _ in range(args.repeat):
@@ -133,15 +133,6 @@ def main() -> None:
     out.write_text(json.dumps({"commits": args.commits, "series": len(SERIES), "cpu": cpu_name(),
                                "python": platform.python_version(), "pages": timings}, indent=2))
     print(f"wrote {out}")
-
-
-def _read_token(url: str) -> str:
-    engine = make_engine(url)
-    try:
-        with make_session_factory(engine)() as session, session.begin():
-            return create_token(session, "bench-reader", scope="read").token
-    finally:
-        engine.dispose()
 
 
 if __name__ == "__main__":

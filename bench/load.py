@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 from onnx import TensorProto, helper
 
+from bench.tokens import bench_token
 from service.machine import describe_machine
 
 RESULTS = Path(__file__).parent / "results"
@@ -61,12 +62,24 @@ def _model(index: int) -> bytes:
 
 
 def _cpu_seconds(pid: int) -> float | None:
-    """CPU time (user + system) process `pid` has used so far; None off Linux."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
+    """CPU time (user + system) process `pid` and its children (uvicorn's workers) have used so far;
+    None off Linux."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    if pid not in stats:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total, family = 0.0, [pid]
+    while family:
+        current = family.pop()
+        total += stats[current][1]
+        family += [child for child, (parent, _) in stats.items() if parent == current]
+    return total
 
 
 @dataclass
@@ -87,8 +100,8 @@ class Connection:
     on the server's own two cores, so it is driven this cheaply (a tenth of httpx's CPU time per
     request): what it spends is taken from the server under test."""
 
-    def __init__(self, host: str, port: int, prefix: str) -> None:
-        self.host, self.port, self.prefix = host, port, prefix
+    def __init__(self, host: str, port: int, prefix: str, token: str) -> None:
+        self.host, self.port, self.prefix, self.token = host, port, prefix, token
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -96,7 +109,7 @@ class Connection:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         head = (f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n")
+                f"Authorization: Bearer {self.token}\r\nContent-Length: {len(body)}\r\n\r\n")
         self.writer.write(head.encode() + body)
         status_line, *header_lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         headers = dict(line.lower().split(": ", 1) for line in header_lines if line)
@@ -165,9 +178,9 @@ async def _drive(count: int, concurrency: int, request, connect, server_pid: int
     }
 
 
-async def _run(port: int, args, server_pid: int) -> dict:
+async def _run(port: int, token: str, args, server_pid: int) -> dict:
     def connect() -> Connection:
-        return Connection("127.0.0.1", port, "/api/v1")
+        return Connection("127.0.0.1", port, "/api/v1", token)
 
     setup = connect()
     settings = {"levels": ["basic"], "engines": ["fusionwatch"], "runs": 1, "warmup": 0}
@@ -204,6 +217,9 @@ async def _run(port: int, args, server_pid: int) -> dict:
         "uploads": await _drive(args.uploads, args.concurrency, upload, connect, server_pid),
         "results": await _drive(args.results, args.concurrency, result, connect, server_pid),
     }
+    # The first read computes the series' change points (E-divisive, permutation tests: seconds over
+    # 10,000 commits); reads after it, with no new result in between, find them remembered.
+    report["history_first_read"] = await _drive(1, 1, history, connect, server_pid)
     check = await history(setup, 0)
     await setup.close()
     if check.status_code >= 400:
@@ -243,6 +259,7 @@ def main() -> None:
     parser.add_argument("--results", type=int, default=10_000)
     parser.add_argument("--reads", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=1, help="API processes (`fusionwatch serve --workers`)")
     parser.add_argument("--database-url", default=os.environ.get("FUSIONWATCH_BENCH_DATABASE_URL"),
                         help="a PostgreSQL server (postgresql+psycopg://...; the run gets a schema of its own, "
                         "dropped afterwards); default a fresh SQLite file")
@@ -269,7 +286,7 @@ def main() -> None:
     load_before = os.getloadavg()
     try:
         subprocess.run([*fusionwatch, "db", "upgrade"], env=env, check=True, capture_output=True)
-        report = _serve_and_drive(fusionwatch, env, folder, args)
+        report = _serve_and_drive(fusionwatch, env, folder, bench_token(database, "bench-load", "write"), args)
     finally:
         import redis
 
@@ -279,19 +296,20 @@ def main() -> None:
     machine = describe_machine()
     load_after = os.getloadavg()
     report |= {"cpu": machine["cpu"], "cores": machine["cores"], "database": database.split(":")[0].split("+")[0],
-               "concurrency": args.concurrency, "python": platform.python_version(),
+               "concurrency": args.concurrency, "workers": args.workers, "python": platform.python_version(),
                "load_average_before": load_before, "load_average_after": load_after,
                "command": " ".join(["python -m bench.load", *sys.argv[1:]])}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "load.json").write_text(json.dumps(report, indent=2))
-    print(f"{machine['cpu']}, {machine['cores']} cores; {report['database']}; {args.concurrency} requests in flight; "
+    print(f"{machine['cpu']}, {machine['cores']} cores; {report['database']}; {args.concurrency} requests in flight, "
+          f"{args.workers} API process(es); "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
-    print(f"{'':16}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'server CPU ms/req':>19}"
+    print(f"{'':20}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'server CPU ms/req':>19}"
           f"{'client CPU ms/req':>19}")
-    for name in ("webhooks", "uploads", "results", "history_reads"):
+    for name in ("webhooks", "uploads", "results", "history_first_read", "history_reads"):
         row = report[name]
         server_cpu = f"{row['server_cpu_ms']:.2f}" if row["server_cpu_ms"] is not None else "-"
-        print(f"{name:16}{row['requests']:>9}{row['per_s']:>9.1f}{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}"
+        print(f"{name:20}{row['requests']:>9}{row['per_s']:>9.1f}{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}"
               f"{row['errors']:>8}{server_cpu:>19}{row['client_cpu_ms']:>19.2f}")
         for error in row["first_errors"]:
             print(f"    {error}")
@@ -299,10 +317,10 @@ def main() -> None:
           "p99 < 200 ms, 0 errors; history < 100 ms")
 
 
-def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, args) -> dict:
+def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, token: str, args) -> dict:
     port = _free_port()
     log = (folder / "serve.log").open("w")
-    server = subprocess.Popen([*fusionwatch, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen([*fusionwatch, "serve", "--port", str(port), "--workers", str(args.workers)], env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         deadline = time.monotonic() + 60
@@ -314,7 +332,7 @@ def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, 
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise SystemExit(f"the service did not start:\n{(folder / 'serve.log').read_text()}") from None
                 time.sleep(0.25)
-        return asyncio.run(_run(port, args, server.pid))
+        return asyncio.run(_run(port, token, args, server.pid))
     finally:
         server.terminate()
         server.wait(timeout=30)

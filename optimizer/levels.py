@@ -32,6 +32,7 @@ from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
 from optimizer.fusions.nhwc_conv_layout import NhwcTransformer
 from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
 from optimizer.fusions.reshape_fusion import ReshapeFusion
+from optimizer.fusions.rotary_embedding_fusion import RotaryEmbeddingFusion
 from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
 from optimizer.fusions.skip_layer_norm_fusion import SkipLayerNormFusion
 from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
@@ -68,6 +69,9 @@ EXTENDED: list[Rule] = BASIC_CLEANUPS + [
     # LayerNorm before SkipLayerNorm and Attention: both anchor on LayerNormalization.
     LayerNormFusion(),
     SimplifiedLayerNormFusion(),
+    # Before AttentionFusion, as in ONNX Runtime's transformer optimizer: the rotated Q and K then
+    # reach the scores as one op each, which the attention rule reads as heads.
+    RotaryEmbeddingFusion(),
     AttentionFusion(),
     EmbedLayerNormFusion(),
     SkipLayerNormFusion(),

@@ -129,6 +129,9 @@ def serve_command(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="where uploaded models are kept (default ./var)")
     ] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="API processes (more than one needs FUSIONWATCH_BROKER_URL)")
+    ] = 1,
 ) -> None:
     """Start the HTTP service and its embedded worker.
 
@@ -145,6 +148,12 @@ def serve_command(
 
     _require_migrated()
     _require_custom_ops()
+    if workers > 1 and not settings.broker_url:
+        # Each API process would start its own embedded worker, and jobs measured side by side
+        # slow each other down: the timings would compare the machine's load, not the models.
+        err.print("[red]error:[/red] --workers above 1 needs FUSIONWATCH_BROKER_URL (jobs then go to "
+                  "`fusionwatch worker`); without a broker the embedded worker runs in the one API process.")
+        raise typer.Exit(2)
     configure_logging(settings.log_level)
     # Logging is quiet by default, so say where to look; uvicorn's own banner is an INFO line.
     err.print(f"fusionwatch serving on http://{host}:{port}/api/v1 (log level {settings.log_level})")
@@ -155,6 +164,7 @@ def serve_command(
         port=port,
         log_config=None,
         log_level=settings.log_level.lower(),
+        workers=workers,
     )
 
 

@@ -10,10 +10,11 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
 
 
 def make_engine(database_url: str, sqlite_immediate: bool = True) -> Engine:
@@ -28,6 +29,7 @@ def make_engine(database_url: str, sqlite_immediate: bool = True) -> Engine:
     return create_engine(database_url, pool_pre_ping=True)
 
 
+T = TypeVar("T")
 BUSY_TIMEOUT_S = 30.0
 
 
@@ -124,6 +126,15 @@ def _writer_connection(writer_lock: threading.Lock | None) -> type[sqlite3.Conne
                 self.release_writer_lock()
 
     return WriterConnection
+
+
+def adopt_inserted(session: Session, instance: T) -> T:
+    """`instance`, every column set, whose row a Core INSERT just wrote: in the session as if loaded, so
+    later changes to it are flushed as UPDATEs. On the webhook path a Core INSERT ... RETURNING id
+    took a sixth of the CPU time of the ORM's flush of the same row."""
+    make_transient_to_detached(instance)
+    session.add(instance)
+    return instance
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

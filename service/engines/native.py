@@ -79,4 +79,5 @@ class FusionwatchEngine:
             session_ms=session_ms,
             inputs=describe_feeds(feeds),
             feeds_digest=feeds_digest(feeds),
+            optimizer_report=report,
         )

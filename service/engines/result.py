@@ -9,7 +9,7 @@ runtime/profile_table.py with the warm-up runs left out.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +89,11 @@ class EngineResult:
     # The last run's outputs, for the numeric check against level `disabled`; never serialized
     # (replies and logs quote no tensor).
     outputs: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Our optimizer's report for this session (our engine only; None for onnxruntime): what
+    # `optimizer.optimize` says of the model at this level, so a measurement need not optimize it again.
+    optimizer_report: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        del data["outputs"]
+        data = asdict(replace(self, outputs={}, optimizer_report=None))
+        del data["outputs"], data["optimizer_report"]
         return data

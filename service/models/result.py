@@ -26,6 +26,8 @@ class Result(Base):
         CheckConstraint("median_ms IS NULL OR median_ms >= 0", name="median_not_negative"),
         CheckConstraint("p10_ms IS NULL OR p90_ms IS NULL OR p10_ms <= p90_ms", name="percentiles_ordered"),
         Index(None, "fingerprint", "commit_id"),
+        # A series' history (usecases/history.py, usecases/series.py): the latest result per commit.
+        Index("ix_result_series", "project_id", "model_id", "engine", "level", "machine_class", "commit_id"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

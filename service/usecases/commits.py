@@ -7,22 +7,24 @@ from datetime import datetime
 from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
+from service.db import adopt_inserted
 from service.errors import Invalid, NotFound
 from service.models import Commit, Project
 from service.models.base import utc_now
 
 MAX_SHA_CHARS = 64
 
-# Built once, and one INSERT ... RETURNING with the arrival number computed inside it: a webhook's
-# commit is on the hot path, where building statements and an ORM flush cost more than the writes.
+# A webhook's commit is on the hot path, where building statements and an ORM flush cost more than
+# the writes: statements built once, and one Core INSERT ... RETURNING that numbers the arrival itself
+# (service/db.py: adopt_inserted).
 _COMMIT_BY_SHA = select(Commit).where(Commit.project_id == bindparam("project_id"), Commit.sha == bindparam("sha"))
+_COMMIT_COLUMNS = ("project_id", "sha", "branch", "parents", "message", "author", "timestamp", "created_at")
 _NEXT_SEQ = select(func.coalesce(func.max(Commit.seq), 0) + 1).where(Commit.project_id == bindparam("project_id"))
 _INSERT_COMMIT = (
-    insert(Commit)
-    .values({name: bindparam(name) for name in
-             ("project_id", "sha", "branch", "parents", "message", "author", "timestamp", "created_at")}
+    insert(Commit.__table__)
+    .values({name: bindparam(name, type_=Commit.__table__.c[name].type) for name in _COMMIT_COLUMNS}
             | {"seq": _NEXT_SEQ.scalar_subquery()})
-    .returning(Commit)
+    .returning(Commit.__table__.c.id, Commit.__table__.c.seq)
 )
 
 
@@ -53,11 +55,10 @@ def record_commit(
         commit.author = commit.author or author[:255]
         commit.timestamp = commit.timestamp or timestamp
         return commit
-    return session.scalars(
-        _INSERT_COMMIT,
-        {"project_id": project.id, "sha": sha, "branch": (branch or "main")[:255], "parents": parents,
-         "message": message[:10_000], "author": author[:255], "timestamp": timestamp, "created_at": utc_now()},
-    ).one()
+    row = {"project_id": project.id, "sha": sha, "branch": (branch or "main")[:255], "parents": parents,
+           "message": message[:10_000], "author": author[:255], "timestamp": timestamp, "created_at": utc_now()}
+    inserted = session.connection().execute(_INSERT_COMMIT, row).one()
+    return adopt_inserted(session, Commit(id=inserted.id, seq=inserted.seq, **row))
 
 
 def get_commit(session: Session, project: Project, sha: str) -> Commit:

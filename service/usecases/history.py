@@ -3,13 +3,17 @@ where those disagree with the timing alerts), and one commit's diff against its 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Text, cast, func, select
 from sqlalchemy.orm import Session
 
-from service.alerts.change_points import change_points
+from service.alerts.change_points import ChangePoint, change_points
 from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
@@ -36,23 +40,39 @@ def history(
         filters.append(Result.engine == engine)
     if level is not None:
         filters.append(Result.level == level)
+    # Narrow first: the latest result per series and commit, from the series index alone; then each
+    # series' last `limit` commits; only then the wide columns, for the rows kept (sorted here, since a
+    # database sorting wide rows took longer than reading them).
     series_key = (Result.model_id, Result.engine, Result.level, Result.machine_class)
-    latest = select(func.max(Result.id).label("id")).where(*filters).group_by(*series_key, Result.commit_id).subquery()
+    latest = (
+        select(func.max(Result.id).label("id"), *series_key, Result.commit_id)
+        .where(*filters)
+        .group_by(*series_key, Result.commit_id)
+        .subquery()
+    )
     ranked = (
+        select(latest.c.id, func.row_number().over(
+            partition_by=(latest.c.model_id, latest.c.engine, latest.c.level, latest.c.machine_class),
+            order_by=Commit.seq.desc(),
+        ).label("rank"))
+        .join(Commit, Commit.id == latest.c.commit_id)
+        .subquery()
+    )
+    query = (
         select(
             Result.id, Model.name.label("model"), Result.engine, Result.level, Result.machine_class,
             Result.engine_version, Result.graph_hash, cast(Result.fusions, Text).label("fusions"), Result.nodes_after,
             Result.median_ms, Result.p10_ms, Result.p90_ms, Result.mad_ms,
             func.json_array_length(Result.execute_ms).label("samples"), Result.numeric_ok,
             Commit.sha, Commit.branch, Commit.message, Commit.timestamp, Commit.seq,
-            func.row_number().over(partition_by=series_key, order_by=Commit.seq.desc()).label("rank"),
         )
-        .join(latest, latest.c.id == Result.id)
+        .select_from(ranked)
+        .join(Result, Result.id == ranked.c.id)
         .join(Commit, Commit.id == Result.commit_id)
         .join(Model, Model.id == Result.model_id)
-        .subquery()
+        .where(ranked.c.rank <= limit)
     )
-    rows = session.execute(select(ranked).where(ranked.c.rank <= limit).order_by(ranked.c.seq, ranked.c.id)).all()
+    rows = sorted(session.execute(query).all(), key=lambda row: (row.seq, row.id))
     # Fused-op counts read as text and parsed once per distinct value: a series repeats the same few.
     parsed: dict[str | None, dict[str, int]] = {None: {}}
     series: dict[tuple, dict[str, Any]] = {}
@@ -89,13 +109,34 @@ def history(
 
 AGREE_WITHIN = 2  # commits between a change point and an alert that still count as the same step
 
+# Change points of the series read last, by their values: E-divisive's permutation tests over 10,000
+# commits take seconds, they are deterministic (seeded), and a series' values change only when a
+# result arrives, so reading it again (a dashboard, CI polling) costs the rows only.
+CACHED_SERIES = 64
+_change_points_seen: OrderedDict[bytes, list[ChangePoint]] = OrderedDict()
+_change_points_lock = threading.Lock()
+
+
+def _change_points(values: list[float]) -> list[ChangePoint]:
+    key = hashlib.sha256(np.asarray(values, dtype=np.float64).tobytes()).digest()
+    with _change_points_lock:
+        if key in _change_points_seen:
+            _change_points_seen.move_to_end(key)
+            return _change_points_seen[key]
+    found = change_points(values)
+    with _change_points_lock:
+        _change_points_seen[key] = found
+        while len(_change_points_seen) > CACHED_SERIES:
+            _change_points_seen.popitem(last=False)
+    return found
+
 
 def _mark_change_points(session: Session, project: Project, entry: dict[str, Any]) -> None:
     """The series' change points (E-divisive means over each commit's p10), each with the timing alert
     raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs."""
     points = entry["points"]
     timed = [(i, p) for i, p in enumerate(points) if p["p10_ms"]]
-    found = change_points([p["p10_ms"] for _, p in timed]) if len(timed) >= 6 else []
+    found = _change_points([p["p10_ms"] for _, p in timed]) if len(timed) >= 6 else []
     model_id = session.scalar(select(Model.id).where(Model.project_id == project.id, Model.name == entry["model"]))
     alerts = session.execute(
         select(Alert, Commit.sha).join(Commit, Commit.id == Alert.commit_id).where(

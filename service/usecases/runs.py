@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
+from service.db import adopt_inserted
 from service.errors import NotFound
 from service.models import Alert, Commit, Job, Model, Project, Run
 from service.models.base import utc_now
@@ -16,11 +17,9 @@ from service.protocol import protocol_for
 # Alerts that make a run's verdict "regression"; fusion-change (counts rose) is information.
 REGRESSION_KINDS = ("fusion-regression", "timing-regression", "numeric-mismatch")
 
-# Built once, INSERT ... RETURNING rather than a unit-of-work flush: this is every webhook's path.
-_INSERT_RUN = insert(Run).values(
-    {name: bindparam(name) for name in ("project_id", "commit_id", "trigger", "state", "created_at", "finished_at")}
-).returning(Run)
-_INSERT_JOBS = insert(Job).returning(Job, sort_by_parameter_order=True)
+# Every webhook's path: statements built once, Core INSERTs (service/db.py: adopt_inserted).
+_INSERT_RUN = insert(Run.__table__).returning(Run.__table__.c.id)
+_INSERT_JOBS = insert(Job.__table__).returning(Job.__table__.c.id, sort_by_parameter_order=True)
 
 
 def start_run(
@@ -34,20 +33,20 @@ def start_run(
     """A run with its jobs queued. Dispatch them (service/queue.py) after the transaction commits."""
     protocol = protocol_for(project.settings)
     created = utc_now()
-    run = session.scalars(
-        _INSERT_RUN,
-        {"project_id": project.id, "commit_id": commit.id, "trigger": trigger, "state": "running" if models else "done",
-         "created_at": created, "finished_at": None if models else created},
-    ).one()
+    run = {"project_id": project.id, "commit_id": commit.id, "trigger": trigger, "state": "running" if models else "done",
+           "created_at": created, "finished_at": None if models else created}
+    run["id"] = session.connection().execute(_INSERT_RUN, run).scalar_one()
     rows = [
-        {"run_id": run.id, "model_id": model.id, "model_file_id": model.latest_file_id, "engine": engine,
-         "level": level, "machine_class": machine_class, "state": "queued", "attempts": 0, "created_at": created}
+        {"run_id": run["id"], "model_id": model.id, "model_file_id": model.latest_file_id, "engine": engine,
+         "level": level, "machine_class": machine_class, "state": "queued", "attempts": 0, "worker": None,
+         "error": None, "created_at": created, "started_at": None, "finished_at": None}
         for model in models
         for engine in protocol.engines
         for level in protocol.levels
     ]
-    jobs = list(session.scalars(_INSERT_JOBS, rows)) if rows else []
-    return run, jobs
+    ids = session.connection().execute(_INSERT_JOBS, rows).scalars().all() if rows else []
+    jobs = [adopt_inserted(session, Job(id=job_id, **row)) for job_id, row in zip(ids, rows, strict=True)]
+    return adopt_inserted(session, Run(**run)), jobs
 
 
 def record_only_run(session: Session, project: Project, commit: Commit, trigger: str) -> Run:

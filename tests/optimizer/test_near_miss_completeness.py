@@ -56,6 +56,7 @@ NEGATIVES = {
     "QuickGeluFusion": lambda: _single("Sigmoid", ["x"]),
     "LayerNormFusion": lambda: _single("ReduceMean", ["x"], axes=[-1]),
     "SimplifiedLayerNormFusion": lambda: _single("ReduceMean", ["x"], axes=[-1]),
+    "RotaryEmbeddingFusion": lambda: _single("Neg", ["x"]),
     "AttentionFusion": lambda: _single("Softmax", ["x"], axis=-1),
     "EmbedLayerNormFusion": lambda: _single("LayerNormalization", ["x", "g", "b"], initializers=[_vec("g"), _vec("b")]),
     "SkipLayerNormFusion": lambda: _single("LayerNormalization", ["x", "g", "b"], initializers=[_vec("g"), _vec("b")]),

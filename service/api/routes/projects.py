@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi.responses import JSONResponse
 
 from service import queue
-from service.api.deps import ServicesDep, SessionDep
+from service.api.deps import ReadSessionDep, ServicesDep, SessionDep
 from service.api.uploads import read_uploads
 from service.auth import may_create_projects, may_write_to
 from service.errors import Invalid
@@ -116,17 +117,20 @@ def read_models(session: SessionDep, project: str) -> dict[str, Any]:
 
 @router.get("/projects/{project}/history")
 def read_history(
-    session: SessionDep,
+    session: ReadSessionDep,
     project: str,
     model: str | None = None,
     engine: str | None = None,
     level: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> dict[str, Any]:
+) -> JSONResponse:
     if engine is not None and engine not in ENGINES:
         raise Invalid(f"engine must be one of {list(ENGINES)}, got {engine[:50]!r}")
     if level is not None and level not in LEVEL_NAMES:
         raise Invalid(f"level must be one of {list(LEVEL_NAMES)}, got {level[:50]!r}")
     found = projects.get_project(session, project)
     series_model = get_model(session, found, model) if model else None
-    return {"project": found.name, "series": history_usecase.history(session, found, series_model, engine, level, limit)}
+    series = history_usecase.history(session, found, series_model, engine, level, limit)
+    # Plain JSON already: rendered once, here in the worker thread, rather than validated and encoded
+    # again by FastAPI on the event loop (a third of a 10,000-commit read's time).
+    return JSONResponse({"project": found.name, "series": series})

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
@@ -183,22 +184,26 @@ async def receive_ci(
     except ValidationError as error:
         first = error.errors()[0]
         raise Invalid(f"CI webhook: {'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}") from error
-    await run_in_threadpool(_check_ci_sender, request, services, body.project, raw, x_hub_signature_256)
-    read = await run_in_threadpool(read_uploads, files, services.upload_limits.max_bytes) if files else []
+    sender = partial(_authenticate_sender, request, body=raw, header=x_hub_signature_256)
+    read = []
+    if files:  # the sender is checked before its uploads are read (and again as the run is written)
+        await run_in_threadpool(_check_ci_sender, services, body.project, sender)
+        read = await run_in_threadpool(read_uploads, files, services.upload_limits.max_bytes)
     uploads = [(None, [item]) for item in read]
-    return await run_in_threadpool(_start_ci_run, session, services, body, uploads, x_fusionwatch_delivery)
+    return await run_in_threadpool(_start_ci_run, session, services, body, uploads, x_fusionwatch_delivery, sender)
 
 
-def _check_ci_sender(request: Request, services, project: str, raw: bytes | None, signature: str) -> None:
-    with services.session_factory() as session, session.begin():
-        _authenticate_sender(request, get_project(session, project), raw, signature)
+def _check_ci_sender(services, project: str, sender) -> None:
+    with services.read_session_factory() as session:
+        sender(get_project(session, project))
 
 
-def _start_ci_run(session, services, body: CiWebhook, uploads, delivery: str) -> dict[str, Any]:
+def _start_ci_run(session, services, body: CiWebhook, uploads, delivery: str, sender) -> dict[str, Any]:
     key = f"ci:{delivery}" if delivery else None
     try:
         with session.begin():
             found = get_project(session, body.project)
+            sender(found)
             if key is not None and (earlier := _earlier_delivery(session, found, key)) is not None:
                 return earlier
             info = CommitInfo(body.sha, body.branch, body.parents, body.message, body.author, body.timestamp)
