@@ -117,7 +117,7 @@ class GroupQueryAttention(Kernel):
         out_dtype = query.dtype
         if out_dtype != np.float32:  # float16 computes in float32, as ONNX Runtime's CPU kernel does
             query, key, value = (t.astype(np.float32) for t in (query, key, value))
-        totals = np.asarray(seqlens_k).astype(np.int64).reshape(-1) + 1
+        totals = self.backend.to_host(seqlens_k).astype(np.int64).reshape(-1) + 1  # host: it steers the loop
         if totals.shape != (batch,) or totals.min() < 1:
             raise ValueError(
                 f"{self.where}: seqlens_k must be (batch,) = ({batch},) with values >= 0, got {seqlens_k}"
@@ -130,7 +130,7 @@ class GroupQueryAttention(Kernel):
                 f"{self.where}: seqlens_k says {int(pasts.max())} tokens are cached, the past holds "
                 f"{past_rows}"
             )
-        capacity = max(int(np.asarray(total_sequence_length).reshape(-1)[0]), past_rows)
+        capacity = max(int(self.backend.to_host(total_sequence_length).reshape(-1)[0]), past_rows)
         if totals.max() > capacity:
             raise ValueError(
                 f"{self.where}: seqlens_k reaches {int(totals.max())} tokens beyond the buffer of {capacity}"
@@ -140,6 +140,7 @@ class GroupQueryAttention(Kernel):
             if cos_cache is None or sin_cache is None:
                 raise ValueError(f"{self.where}: do_rotary needs cos_cache and sin_cache")
             positions = np.minimum(pasts[:, None] + np.arange(length)[None, :], cos_cache.shape[0] - 1)
+            positions = xp.asarray(positions)
             cos, sin = cos_cache[positions].astype(np.float32), sin_cache[positions].astype(np.float32)
             rotary_dim = 2 * cos_cache.shape[1]
             query = rotate(xp, query, cos, sin, heads, rotary_dim, self.interleaved, self.where)
@@ -173,9 +174,9 @@ class GroupQueryAttention(Kernel):
                 )
                 groups = (kv_heads, heads // kv_heads) if bias.shape[0] == heads else (1, 1)
                 scores = scores + bias.reshape(*groups, rows, total)
-            query_at = past + np.arange(rows)[:, None]
-            key_at = np.arange(total)[None, :]
-            allowed = key_at <= query_at if self.causal else np.ones((rows, total), bool)
+            query_at = past + xp.arange(rows)[:, None]
+            key_at = xp.arange(total)[None, :]
+            allowed = key_at <= query_at if self.causal else xp.ones((rows, total), bool)
             if self.window > 0:
                 allowed &= key_at > query_at - self.window
             scores = xp.where(allowed, scores, -np.inf)
