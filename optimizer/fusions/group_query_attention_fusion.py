@@ -107,10 +107,8 @@ class GroupQueryAttentionFusion(Rule):
         if match.scale is not None:
             attributes["scale"] = float(match.scale)
         inputs = [match.query, *kv, None, None, seqlens, total, None, None, None, match.bias]
-        output, _, _ = op.op_multi_out(
-            "GroupQueryAttention", inputs, attributes, domain=MS, num_outputs=3, name=name
-        )
-        return output
+        # no present outputs: nothing reads a cache from a graph that had none
+        return op.op("GroupQueryAttention", inputs, attributes, domain=MS, name=name)
 
 
 def _repeat_source(graph: ir.Graph, repeated: ir.Value, heads: int):
