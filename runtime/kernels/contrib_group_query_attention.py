@@ -1,4 +1,4 @@
-"""com.microsoft GroupQueryAttention: causal self-attention where groups of query heads share one
+"""com.microsoft GroupQueryAttention: self-attention (causal unless causal=0) where groups of query heads share one
 key/value head, with a key/value cache, as ONNX Runtime's decoder exports (and its transformer
 optimizer) use it.
 
@@ -7,7 +7,8 @@ min(S, T) valid query rows sit at absolute positions P .. P+Q-1 with P = T - Q t
 them (rows Q .. S-1 are right padding: their output and cache rows are unspecified; here zeros).
 The present key/value are the past's first P rows with the step's Q rows after them, in a buffer
 of max(total_sequence_length, past length) rows (the past's own length when past and present share
-it); a node with neither a past nor present outputs builds no buffer and attends to the step's K/V. Query head h reads key/value head h // (num_heads / kv_num_heads): the grouping is a reshape
+it); a node with neither a past nor present outputs builds no buffer and attends to the step's
+K/V. Query head h reads key/value head h // (num_heads / kv_num_heads): the grouping is a reshape
 of the query heads, never a copy of the keys. Order of the score terms as ONNX Runtime's CPU kernel
 (unlike ONNX's Attention, the bias joins after the softcap): scale · QKᵀ, softcap, +
 attention_bias (indexed by absolute key position), causal mask and local window (the window's W
