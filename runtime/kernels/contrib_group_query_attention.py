@@ -1,6 +1,6 @@
-"""com.microsoft GroupQueryAttention: self-attention (causal unless causal=0) where groups of query heads share one
-key/value head, with a key/value cache, as ONNX Runtime's decoder exports (and its transformer
-optimizer) use it.
+"""com.microsoft GroupQueryAttention: self-attention (causal unless causal=0) where groups of
+query heads share one key/value head, with a key/value cache, as ONNX Runtime's decoder exports
+(and its transformer optimizer) use it.
 
 Per batch entry b the cache holds T = seqlens_k[b] + 1 tokens after this step; the step's Q =
 min(S, T) valid query rows sit at absolute positions P .. P+Q-1 with P = T - Q tokens cached before
