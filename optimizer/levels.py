@@ -23,6 +23,7 @@ from optimizer.fusions.fuse_relu_clip import FuseReluClip
 from optimizer.fusions.gelu_approximation import GeluApproximation
 from optimizer.fusions.gelu_fusion import GeluFusion
 from optimizer.fusions.gemm_activation_fusion import GemmActivationFusion
+from optimizer.fusions.group_query_attention_fusion import GroupQueryAttentionFusion
 from optimizer.fusions.layer_norm_fusion import LayerNormFusion
 from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
 from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
@@ -73,6 +74,9 @@ EXTENDED: list[Rule] = BASIC_CLEANUPS + [
     # reach the scores as one op each, which the attention rule reads as heads.
     RotaryEmbeddingFusion(),
     AttentionFusion(),
+    # After AttentionFusion: it turns the MultiHeadAttention over repeated K/V heads that rule
+    # makes of a grouped-query block into GroupQueryAttention.
+    GroupQueryAttentionFusion(),
     EmbedLayerNormFusion(),
     SkipLayerNormFusion(),
     BiasGeluFusion(),

@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from optimizer import constant_eval
 from optimizer.fusions.gelu_fusion import check_gelu_dtype
 from optimizer.match import (
     MS,
@@ -36,7 +35,6 @@ from optimizer.match import (
     consumers,
     describe,
     is_op,
-    opset,
     other_input,
     producer,
     sole_consumer,
@@ -45,6 +43,7 @@ from optimizer.match import (
 )
 from optimizer.rule import Match, Rule, fail
 from optimizer.shape_probe import constant_dims, pinned_shapes
+from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
 PROBE_BATCH, PROBE_SEQUENCE = 2, 3  # stand-ins for dimensions the graph leaves symbolic
 MAX_BOUND_NODES = 24  # shape arithmetic behind a slice bound that the probe will evaluate
@@ -245,8 +244,8 @@ def _rotate_half_probe(graph: ir.Graph, x: ir.Value, dims: list, concat: ir.Node
     numbered = np.arange(1, 1 + np.prod(shape), dtype=np.float64).reshape(shape)
     known = {id(x): numbered}
     try:
-        result = _evaluate(graph, concat.outputs[0], known, [0])
-    except (constant_eval.NotEvaluable, ValueError, IndexError, TypeError) as error:
+        result = evaluate_on_probe(graph, concat.outputs[0], known, limit=MAX_BOUND_NODES)
+    except PROBE_ERRORS as error:
         return f"the slices around Neg cannot be evaluated on a probe tensor: {error}"
     half = shape[3] // 2
     expected = np.concatenate([-numbered[..., half:], numbered[..., :half]], axis=-1)
@@ -256,21 +255,3 @@ def _rotate_half_probe(graph: ir.Graph, x: ir.Value, dims: list, concat: ir.Node
             f"(head size {shape[3]}); RotaryEmbedding rotates the two halves of each head"
         )
     return None
-
-
-def _evaluate(graph: ir.Graph, value: ir.Value, known: dict, budget: list[int]) -> np.ndarray:
-    """`value` computed from the probe arrays in `known` and constants (standard ops only)."""
-    if id(value) in known:
-        return known[id(value)]
-    constant = const_array(value)
-    if constant is not None:
-        return constant
-    node = producer(value)
-    budget[0] += 1
-    if node is None or budget[0] > MAX_BOUND_NODES or not constant_eval.can_evaluate(node):
-        raise constant_eval.NotEvaluable(f"'{value_name(value)}' comes from {describe(node)}")
-    inputs = [None if v is None else _evaluate(graph, v, known, budget) for v in node.inputs]
-    outputs = constant_eval.evaluate(node, inputs, opset(graph))
-    for output, array in zip(node.outputs, outputs, strict=False):
-        known[id(output)] = array
-    return known[id(value)]

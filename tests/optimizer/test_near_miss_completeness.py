@@ -58,6 +58,8 @@ NEGATIVES = {
     "SimplifiedLayerNormFusion": lambda: _single("ReduceMean", ["x"], axes=[-1]),
     "RotaryEmbeddingFusion": lambda: _single("Neg", ["x"]),
     "AttentionFusion": lambda: _single("Softmax", ["x"], axis=-1),
+    "GroupQueryAttentionFusion": lambda: _single("MultiHeadAttention", ["x", "k", "v"], domain="com.microsoft",
+                                                 num_heads=4),
     "EmbedLayerNormFusion": lambda: _single("LayerNormalization", ["x", "g", "b"], initializers=[_vec("g"), _vec("b")]),
     "SkipLayerNormFusion": lambda: _single("LayerNormalization", ["x", "g", "b"], initializers=[_vec("g"), _vec("b")]),
     "BiasGeluFusion": lambda: _single("Gelu", ["x"], opset=20),

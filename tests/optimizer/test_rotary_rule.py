@@ -15,7 +15,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 import runtime
 from optimizer import optimize
-from tests.oracle import ATOL, MODELS, RTOL, assert_same_outputs, fixture_feeds, run_onnxruntime
+from tests.oracle import (
+    ATOL,
+    MODELS,
+    RTOL,
+    assert_fuses_as_pinned,
+    assert_same_outputs,
+    fixture_feeds,
+    run_onnxruntime,
+)
 
 HEADS, HEAD_SIZE = 2, 8
 RNG = np.random.default_rng(3)
@@ -86,14 +94,7 @@ def _run_ours(model, feeds, level="disabled"):
 
 @pytest.mark.parametrize("scale", [None, 0.5], ids=["plain", "attention_scaling"])
 def test_rotate_half_fuses_and_matches_onnxruntime(scale):
-    model = rotary_model(scale=scale)
-    result = optimize(model, "extended")
-    assert result.report.fusions == {"com.microsoft.RotaryEmbedding": 1}
-    feeds = _feeds()
-    assert_same_outputs(model, result, feeds)
-    [want] = run_onnxruntime(model, feeds).values()
-    [got] = _run_ours(model, feeds, "extended")
-    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert_fuses_as_pinned(rotary_model(scale=scale), _feeds(), {"com.microsoft.RotaryEmbedding": 1})
 
 
 def _miss(model):
