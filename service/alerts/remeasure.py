@@ -5,7 +5,8 @@ A suspected alert is confirmed by a second measurement that agrees (`timing_aler
 the next commit delays every real step by a commit (and a branch may never get one); one extra job
 per suspected alert settles it within the same CI round, and costs little because suspicions are
 rare (`make bench-detect` counts them). The job goes in a run of its own (trigger `remeasure`): a
-run holds one job per model × engine × level. Its result is recorded like any other; the alerting
+run holds one job per model × engine × level. The commit's runs stay `running` until it is done, so
+a CI step waiting on its run gets the settled verdict. Its result is recorded like any other; the alerting
 code sees a second result of an alerted commit and confirms or leaves the alert (never raising a
 second one), so a re-measurement never asks for another.
 
@@ -21,8 +22,7 @@ from sqlalchemy.orm import Session
 
 from service.alerts.timing_alerts import KIND
 from service.models import Alert, Job, Result, Run
-
-TRIGGER = "remeasure"
+from service.usecases.runs import REMEASURE_TRIGGER
 
 
 def remeasure_job(session: Session, result: Result, alerts: Sequence[Alert]) -> Job | None:
@@ -31,7 +31,7 @@ def remeasure_job(session: Session, result: Result, alerts: Sequence[Alert]) -> 
     if result.job_id is None or not any(a.kind == KIND and a.state == "suspected" for a in alerts):
         return None
     measured = session.get(Job, result.job_id)
-    run = Run(project_id=result.project_id, commit_id=result.commit_id, trigger=TRIGGER, state="running")
+    run = Run(project_id=result.project_id, commit_id=result.commit_id, trigger=REMEASURE_TRIGGER, state="running")
     session.add(run)
     session.flush()
     job = Job(

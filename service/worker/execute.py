@@ -66,8 +66,8 @@ def execute_job(
             session, session.get(Run, job.run_id), session.get(Model, job.model_id), measurement, machine_row,
             job_id=job.id, model_file_id=job.model_file_id,
         )
+        again = remeasure_job(session, result, alerts)  # first: the run then waits for it
         queue.finish(session, job)
-        again = remeasure_job(session, result, alerts)
         session.commit()
         alert_ids = [a.id for a in alerts]
     queue.dispatch([again] if again else [], broker_url)

@@ -54,12 +54,18 @@ def test_a_suspected_timing_alert_of_a_job_is_re_measured_and_confirmed(client):
         })
         assert reply.status_code == 201, reply.text
     run = _ci_commit(client, "a9", ["a8"])
-    assert drain(client) == 2  # the commit's job, then its re-measurement
+    assert drain(client, limit=1) == 1  # the commit's job: suspected, its re-measurement queued
+    [suspected] = client.get("/api/v1/alerts", params={"project": "p", "kind": "timing-regression"}).json()["items"]
+    assert suspected["state"] == "suspected"
+    waiting = client.get(run["run_url"]).json()
+    assert (waiting["state"], waiting["jobs_done"], waiting["jobs_total"]) == ("running", 1, 1)  # a CI step waits on
+    assert drain(client) == 1  # the re-measurement
     alerts = client.get("/api/v1/alerts", params={"project": "p", "kind": "timing-regression"}).json()["items"]
     [alert] = alerts
     assert (alert["commit"], alert["state"], alert["confirmed_by"]) == ("a9", "confirmed", "a9"), alert["message"]
     assert "Confirmed by a re-measurement" in alert["message"]
-    assert client.get(run["run_url"]).json()["verdict"] == "regression"  # the alert belongs to the commit's run
+    settled = client.get(run["run_url"]).json()
+    assert (settled["state"], settled["verdict"]) == ("done", "regression")  # the alert belongs to the commit's run
     with services.session_factory() as session:
         triggers = [r.trigger for r in session.scalars(select(Run).order_by(Run.id))]
         remeasure = session.scalar(select(Job).join(Run, Run.id == Job.run_id).where(Run.trigger == "remeasure"))
