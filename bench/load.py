@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -293,6 +294,7 @@ def main() -> None:
         redis.Redis.from_url(redis_url).delete(queue)
         if schema is not None:
             _drop_schema(args.database_url, schema)
+        shutil.rmtree(folder, ignore_errors=True)
     machine = describe_machine()
     load_after = os.getloadavg()
     report |= {"cpu": machine["cpu"], "cores": machine["cores"], "database": database.split(":")[0].split("+")[0],

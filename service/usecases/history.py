@@ -72,39 +72,43 @@ def history(
         .join(Model, Model.id == Result.model_id)
         .where(ranked.c.rank <= limit)
     )
-    rows = sorted(session.execute(query).all(), key=lambda row: (row.seq, row.id))
+    rows = sorted(session.execute(query).all(), key=lambda row: (row[-1], row[0]))  # (seq, result id)
     # Fused-op counts read as text and parsed once per distinct value: a series repeats the same few.
     parsed: dict[str | None, dict[str, int]] = {None: {}}
     series: dict[tuple, dict[str, Any]] = {}
-    for row in rows:
-        key = (row.model, row.engine, row.level, row.machine_class)
-        entry = series.get(key)
-        if entry is None:
-            entry = series[key] = {"model": row.model, "engine": row.engine, "level": row.level,
-                                   "machine_class": row.machine_class, "points": []}
-        fusions = parsed.get(row.fusions)
+    for (result_id, model_name, engine_name, level_name, machine_class, engine_version, graph_hash, fusions_text,
+         nodes_after, median_ms, p10_ms, p90_ms, mad_ms, samples, numeric_ok, sha, branch, message, timestamp,
+         _) in rows:
+        key = (model_name, engine_name, level_name, machine_class)
+        points = series.get(key)
+        if points is None:
+            points = series[key] = []
+        fusions = parsed.get(fusions_text)
         if fusions is None:
-            fusions = parsed[row.fusions] = json.loads(row.fusions)
-        entry["points"].append({
-            "commit": row.sha,
-            "branch": row.branch,
-            "message": row.message.splitlines()[0][:200] if row.message else "",
-            "timestamp": row.timestamp.isoformat() if row.timestamp else None,
-            "result_id": row.id,
-            "engine_version": row.engine_version,
-            "graph_hash": row.graph_hash,
+            fusions = parsed[fusions_text] = json.loads(fusions_text)
+        points.append({
+            "commit": sha,
+            "branch": branch,
+            # The first line's first 200 characters, without splitting a 10,000-character message whole.
+            "message": message[:201].splitlines()[0][:200] if message else "",
+            "timestamp": timestamp.isoformat() if timestamp else None,
+            "result_id": result_id,
+            "engine_version": engine_version,
+            "graph_hash": graph_hash,
             "fusions": fusions,
-            "nodes_after": row.nodes_after,
-            "median_ms": row.median_ms,
-            "p10_ms": row.p10_ms,
-            "p90_ms": row.p90_ms,
-            "mad_ms": row.mad_ms,
-            "samples": row.samples or 0,
-            "numeric_ok": row.numeric_ok,
+            "nodes_after": nodes_after,
+            "median_ms": median_ms,
+            "p10_ms": p10_ms,
+            "p90_ms": p90_ms,
+            "mad_ms": mad_ms,
+            "samples": samples or 0,
+            "numeric_ok": numeric_ok,
         })
-    for entry in series.values():
+    found = [{"model": key[0], "engine": key[1], "level": key[2], "machine_class": key[3], "points": points}
+             for key, points in series.items()]
+    for entry in found:
         _mark_change_points(session, project, entry)
-    return list(series.values())
+    return found
 
 
 AGREE_WITHIN = 2  # commits between a change point and an alert that still count as the same step

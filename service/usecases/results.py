@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.alerts.detect import detect
@@ -68,9 +69,12 @@ def get_or_create_machine(session: Session, description: dict[str, Any]) -> Mach
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
     machine = session.scalar(select(Machine).where(Machine.fingerprint == digest))
     if machine is None:
-        machine = Machine(fingerprint=digest, **fields)
-        session.add(machine)
-        session.flush()
+        try:
+            with session.begin_nested():
+                machine = Machine(fingerprint=digest, **fields)
+                session.add(machine)
+        except IntegrityError:  # registered by a concurrent post meanwhile (PostgreSQL): that row is this one
+            machine = session.scalar(select(Machine).where(Machine.fingerprint == digest))
     return machine
 
 

