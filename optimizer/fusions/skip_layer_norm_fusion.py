@@ -137,7 +137,7 @@ def _to_float(op: ir.tape.Tape, value: ir.Value | None) -> ir.Value | None:
         return value
     cast = op.op("Cast", [value], attributes={"to": int(ir.DataType.FLOAT)})
     cast.dtype = ir.DataType.FLOAT
-    cast.shape = value.shape
+    cast.shape = None if value.shape is None else ir.Shape(list(value.shape))
     return cast
 
 

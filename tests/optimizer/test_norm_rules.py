@@ -327,6 +327,21 @@ def test_embed_layer_norm_fuses_sliced_position_ids():
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
+def test_embed_layer_norm_of_a_float16_gamma_is_a_near_miss():
+    # A LayerNorm with float16 gamma returns float16 (LayerNormFusion's mixed-precision form);
+    # EmbedLayerNormalization returns float.
+    model = patterns.embed_layer_norm(position="constant")
+    for init in model.graph.initializer:
+        if init.name == "/emb/ln/gamma":
+            init.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init).astype(np.float16), init.name))
+    _, report = _optimize(model)
+    assert report.ops_after.get("com.microsoft.EmbedLayerNormalization", 0) == 0
+    assert _messages(report, "EmbedLayerNormFusion") == [
+        "EmbedLayerNormFusion at /emb/LayerNorm: gamma '/emb/ln/gamma' of LayerNormalization '/emb/LayerNorm' "
+        "is float16; the fusion handles float"
+    ]
+
+
 def test_embed_layer_norm_drops_constant_default_positions():
     model = patterns.embed_layer_norm(position="constant")
     optimized, report = _optimize(model)
