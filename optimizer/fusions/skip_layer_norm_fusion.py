@@ -14,6 +14,14 @@ fusion then gives up (it wants the Add read only by the LayerNormalization); its
 fusion keeps the sum as SkipLayerNormalization's fourth output, input_skip_bias_sum, and so
 do we: on BERT that is the difference between fusing every encoder LayerNorm and none.
 
+Mixed precision: a LayerNormalization of float16 data with float32 gamma (what LayerNormFusion
+makes of a float16 residual stream normalized in float32) gives float32, and
+SkipLayerNormalization takes one type throughout, so its float16 inputs are cast to float32 in
+front of it, as ONNX Runtime's fusion does: the residual sum is then taken in float32, which
+the chain rounded to float16 first (tests/optimizer/test_ort_fusion_cases.py bounds the
+difference). That sum is float32 too, so when something else reads the float16 sum the fusion
+is a near miss.
+
 As in ONNX Runtime, both residual inputs must be rank 3 with the same shape (the kernel does
 not broadcast) and the bias 1-D with the hidden size. Unlike it, a LayerNormalization over
 any axis but the last is refused (SkipLayerNormalization only normalizes the last one), and
@@ -68,6 +76,10 @@ class SkipLayerNormFusion(Rule):
         dtype = ln.inputs[0].dtype
         if dtype is not None and dtype not in FUSABLE_DTYPES:
             return fail("dtype", f"input of {describe(ln)} is {dtype.name.lower()}; {fused} takes float or float16")
+        widen = dtype is not None and gamma.dtype is not None and dtype != gamma.dtype
+        if widen and (dtype, gamma.dtype) != (ir.DataType.FLOAT16, ir.DataType.FLOAT):
+            return fail("dtype", f"{describe(ln)} takes {dtype.name.lower()} input and {gamma.dtype.name.lower()} "
+                        f"gamma; {fused} takes one type, and only float16 input is cast up to float gamma")
 
         failure = _check_residual(graph, add, fused)
         if failure:
@@ -89,6 +101,9 @@ class SkipLayerNormFusion(Rule):
         outputs = [ln.outputs[0]]
         residual = add.outputs[0]
         keep_sum = residual.is_graph_output() or any(user is not ln for user, _ in residual.uses())
+        if keep_sum and widen:
+            return fail("residual", f"the float16 residual sum '{value_name(residual)}' of {describe(add)} has other "
+                        f"readers, but {fused} on float32 gamma would give it as float32")
         if keep_sum:
             outputs.append(residual)
         return Match(
@@ -99,11 +114,14 @@ class SkipLayerNormFusion(Rule):
                 "inputs": [x, skip, gamma, bias] if simplified else [x, skip, gamma, beta, bias],
                 "epsilon": float(attr(ln, "epsilon", LAYER_NORM_DEFAULT_EPSILON)),
                 "keep_sum": keep_sum,
+                "widen": widen,
             },
         )
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
         inputs = list(match.inputs)
+        if match.widen:  # x, skip and bias in float32, gamma's type; beta already is
+            inputs = [_to_float(op, v) if i in (0, 1, len(inputs) - 1) else v for i, v in enumerate(inputs)]
         while inputs[-1] is None:  # optional trailing inputs are left out, not passed empty
             inputs.pop()
         if not match.keep_sum:
@@ -112,6 +130,15 @@ class SkipLayerNormFusion(Rule):
         outputs = [ir.Value(), ir.Value(name=""), ir.Value(name=""), ir.Value()]
         op.op_multi_out(match.op_type, inputs, attributes={"epsilon": match.epsilon}, domain=MS, outputs=outputs)
         return [outputs[0], outputs[3]]
+
+
+def _to_float(op: ir.tape.Tape, value: ir.Value | None) -> ir.Value | None:
+    if value is None or value.dtype != ir.DataType.FLOAT16:
+        return value
+    cast = op.op("Cast", [value], attributes={"to": int(ir.DataType.FLOAT)})
+    cast.dtype = ir.DataType.FLOAT
+    cast.shape = None if value.shape is None else ir.Shape(list(value.shape))
+    return cast
 
 
 def _check_residual(graph: ir.Graph, add: ir.Node, fused: str):
