@@ -10,11 +10,12 @@ Prints, per model:
     same level; timed in alternating blocks of two runs), the ratio against its target, our peak
     bytes of live intermediates (session.peak_bytes), the machine's 1-minute load average before
     and after, and our fusion speedup (disabled / all, our two sessions timed in alternating
-    blocks too). Every level runs on the kernel libraries the level-all session measured, so
-    that levels differ by their graphs only.
+    blocks too) next to onnxruntime's own. Every level runs on the kernel libraries the level-all
+    session measured, so that levels differ by their graphs only.
   - with --profile N: where the time goes at level all, the N costliest op types per run for
     ours and onnxruntime, read from each engine's profile trace the same way
-    (runtime/profile_table.py).
+    (runtime/profile_table.py), and each node's fastest call summed per op type, the
+    comparison of the kernels themselves that a loaded machine distorts least.
 Writes bench/results/<model>.json with the machine's CPU and thread count.
 
     python -m bench [--models bert_base gpt2_small resnet50] [--runs 10] [--threads 2] [--skip-runtime]
@@ -154,7 +155,7 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
     rows = {}
     choices = None
     libraries = None  # the ones the level-all session (else the last level's) measured
-    kept = {}  # our sessions at disabled and all, for the fusion speedup
+    kept: dict[str, dict] = {"ours": {}, "onnxruntime": {}}  # runs at disabled and all, for the fusion speedups
     # The session whose choice every level runs on is created first, so that the levels differ
     # by their graphs only: each level's graph has its own product shapes and would race the
     # libraries on its own, and on a loaded machine two races can pick two libraries, which
@@ -179,21 +180,31 @@ def bench_executor(path: Path, threads: int, runs: int, levels=LEVEL_NAMES) -> d
             choices = ours.kernel_choices.as_dict()
             libraries = ours.kernel_choices.libraries()
         if level in ("disabled", "all"):
-            kept[level] = partial(ours.run, None, feeds)
+            kept["ours"][level] = partial(ours.run, None, feeds)
+            kept["onnxruntime"][level] = partial(reference.run, None, feeds)
         del ours, reference
     rows = {level: rows[level] for level in levels}
-    speedup = None
-    if len(kept) == 2:
+    speedups = {}
+    for engine, runs_by_level in kept.items():
+        if len(runs_by_level) < 2:
+            continue
         # Timed against each other in alternating blocks, as ours and onnxruntime's are: the
         # per-level medians above come minutes apart, and a shared machine's speed drifts more
-        # than that between them.
+        # than that between them. onnxruntime's own is printed beside ours: what fusion can
+        # win on a model depends on how much of its time is not in GEMMs, whoever runs it.
         load_before = os.getloadavg()[0]
-        disabled_ms, all_ms = interleaved_medians(kept["disabled"], kept["all"], runs)
-        speedup = {
+        disabled_ms, all_ms = interleaved_medians(runs_by_level["disabled"], runs_by_level["all"], runs)
+        speedups[engine] = {
             "speedup": disabled_ms / all_ms, "disabled_ms": disabled_ms, "all_ms": all_ms,
             "load_average": [load_before, os.getloadavg()[0]],
         }  # fmt: skip
-    return {"levels": rows, "fusion_speedup": speedup, "kernel_choices": choices}
+    return {
+        "levels": rows,
+        "fusion_speedup": speedups.get("ours"),
+        "ort_fusion_speedup": speedups.get("onnxruntime"),
+        "kernel_choices": choices,
+        "libraries": libraries,  # what every level ran on
+    }
 
 
 def describe_choice(choice: dict) -> str:
@@ -205,30 +216,64 @@ def describe_choice(choice: dict) -> str:
     return f"{choice['library']} ({ranked} ms)"
 
 
-def profile_rows(path: Path, threads: int, runs: int, top: int) -> dict:
+def profile_rows(path: Path, threads: int, runs: int, top: int, libraries=None, levels=("all",)) -> dict:
     """The `top` costliest op types per run at level all, ours and onnxruntime's, each from its
-    own profile trace (the first run, a warm-up, left out)."""
+    own profile trace (the first run, a warm-up, left out), and at each of `levels` the sum of
+    each node's fastest call (`fastest_node_ms`). Our sessions run on `libraries` where given
+    (the ones the timed level-all session chose), so that the levels compare graphs."""
     import runtime
     from runtime.profile_table import load_trace, profile_table
 
-    reference = ort_session(path, "all", threads, profile=True)
-    feeds = feeds_for(reference)
-    ours = runtime.InferenceSession(
-        str(path),
-        runtime.SessionOptions(graph_optimization_level="all", intra_op_num_threads=threads, enable_profiling=True),
-    )
-    tables = {}
-    for name, session in (("ours", ours), ("onnxruntime", reference)):
-        for _ in range(runs + 1):
-            session.run(None, feeds)
-        trace = Path(session.end_profiling())
-        table = profile_table(load_trace(trace), skip_runs=1)
-        trace.unlink()
-        tables[name] = {
-            "model_run_ms": table.median_model_run_ms,
-            "ops": [{"op": t.op, "calls": t.calls_per_run, "ms": t.us_per_run / 1000} for t in table.ops[:top]],
-        }
+    tables: dict[str, dict] = {"ours": {}, "onnxruntime": {}}
+    for level in sorted(set(levels) | {"all"}, key=lambda name: name != "all"):
+        reference = ort_session(path, level, threads, profile=True)
+        feeds = feeds_for(reference)
+        options = runtime.SessionOptions(
+            graph_optimization_level=level, intra_op_num_threads=threads, enable_profiling=True
+        )
+        if libraries:
+            options.kernel_libraries = libraries
+        ours = runtime.InferenceSession(str(path), options)
+        for name, session in (("ours", ours), ("onnxruntime", reference)):
+            for _ in range(runs + 1):
+                session.run(None, feeds)
+            trace = Path(session.end_profiling())
+            events = load_trace(trace)
+            trace.unlink()
+            fastest = fastest_node_ms(events)
+            table = tables[name]
+            table.setdefault("fastest_nodes_ms", {})[level] = sum(fastest.values())
+            if level == "all":
+                summary = profile_table(events, skip_runs=1)
+                table["model_run_ms"] = summary.median_model_run_ms
+                table["ops"] = [
+                    {"op": t.op, "calls": t.calls_per_run, "ms": t.us_per_run / 1000} for t in summary.ops[:top]
+                ]
+                table["fastest_ops"] = [{"op": op, "ms": ms} for op, ms in list(fastest.items())[:top]]
+        del ours, reference
     return tables
+
+
+def fastest_node_ms(events: list[dict]) -> dict[str, float]:
+    """Per op type, the sum over its nodes of each node's fastest kernel time (ms), the first
+    (warm-up) call of each node left out; costliest first.
+
+    Why beside the medians: on a machine shared with other work, a run's median is mostly the
+    load's, and the load weighs differently on each engine's threads (onnxruntime's spin,
+    ours sleep). A node's fastest call over the runs is the nearest a loaded machine comes to
+    its quiet cost, so these sums compare the kernels themselves; being each node's best, not
+    one run's, they are a floor below any real run."""
+    calls: dict[str, list] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
+            args = event.get("args", {})
+            key = args.get("node_index") or event["name"]
+            calls.setdefault(key, [args.get("op_name", "?")]).append(event["dur"])
+    totals: dict[str, float] = {}
+    for op, *durations in calls.values():
+        timed = durations[1:] or durations
+        totals[op] = totals.get(op, 0.0) + min(timed) / 1000
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
 def print_profile(name: str, tables: dict) -> None:
@@ -236,6 +281,14 @@ def print_profile(name: str, tables: dict) -> None:
     for engine, table in tables.items():
         ops = ", ".join(f"{row['op']} {row['ms']:.2f} ({row['calls']:g}x)" for row in table["ops"])
         print(f"  {engine:<11} model_run {table['model_run_ms']:.2f}: {ops}")
+    print("  each node's fastest call, summed (a floor the load moves least; see fastest_node_ms)")
+    for engine, table in tables.items():
+        ops = ", ".join(f"{row['op']} {row['ms']:.2f}" for row in table["fastest_ops"])
+        floors = table["fastest_nodes_ms"]
+        line = f"  {engine:<11} {floors['all']:.2f}: {ops}"
+        if "disabled" in floors:
+            line += f"; at disabled {floors['disabled']:.2f}, so disabled / all = {floors['disabled'] / floors['all']:.2f}"
+        print(line)
 
 
 def main() -> None:
@@ -299,11 +352,22 @@ def main() -> None:
                     + (" (target >= 1.3)" if name == "bert_base" else "")
                     + " at load average {:.1f}-{:.1f}".format(*fusion["load_average"])
                 )
+            fusion = executor["ort_fusion_speedup"]
+            if fusion is not None:
+                print(
+                    f"  onnxruntime's own (disabled / all, timed alternately): {fusion['disabled_ms']:.2f} /"
+                    f" {fusion['all_ms']:.2f} = {fusion['speedup']:.2f}"
+                    + " at load average {:.1f}-{:.1f}".format(*fusion["load_average"])
+                )
             choices = executor["kernel_choices"]
             print(f"  chosen at {'all' if 'all' in executor['levels'] else args.levels[-1]} on {cpu.model}: "
                   f"GEMMs on {describe_choice(choices['gemm'])}; convolutions on {describe_choice(choices['conv'])}")
             if args.profile:
-                result["profile"] = profile_rows(path, args.threads, args.runs, args.profile)
+                result["profile"] = profile_rows(
+                    path, args.threads, args.runs, args.profile,
+                    libraries=executor["libraries"],
+                    levels=[level for level in ("disabled", "all") if level in args.levels],
+                )  # fmt: skip
                 print_profile(name, result["profile"])
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(f"\nresults in {RESULTS}/")

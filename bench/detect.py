@@ -1,16 +1,17 @@
 """`make bench-detect`: precision, recall and detection delay of fusionwatch's alerts on planted regressions.
 
 Series are simulated from timings really measured on this machine (`bench/data/detect_noise.npz`,
-written by `bench/detect_measure.py`): each simulated commit takes one measured job (drawn at random:
-the measured jobs were 2 s apart, a project's commits are minutes or hours apart; then a bootstrap of
-that job's 30 samples) with its canary. Planted into each series, at known commits: one timing step
-(every sample × (1 + step), from that commit on; steps of 2–30%) and, elsewhere, one fusion drop
-(BiasGelu 2 → 0 with a new graph hash, timings untouched).
+written by `bench/detect_measure.py`): each simulated result is one measured job drawn at random
+(`Series.result`: its samples bootstrapped, with its canary). Planted into each series, at known
+commits: one timing step (every sample × (1 + step), from that commit on; steps of 2–30%) and,
+elsewhere, one fusion drop (BiasGelu 2 → 0 with a new graph hash, timings untouched).
 
 Half the projects are "engine" projects (a new engine version at every commit: code always changed),
 half "model" projects (one engine version; the graph hash changes at a fifth of the commits, and at
 every planted step and drop). Every commit's results go in one document through POST /api/v1/results
-of the real app, in process, on SQLite in a temporary directory: the service's own code path.
+of the real app, in process, on SQLite in a temporary directory: the service's own code path. A
+result the reply marks as a suspected timing regression is re-measured (another job drawn for that
+series, posted for the same commit), as the service queues one for its own jobs.
 
 A timing alert counts when confirmed (only those are delivered). It is a true positive when raised at
 the step's commit or one of the ten after it; "within 2" means confirmed by the second commit after
@@ -25,12 +26,14 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from bench.tokens import bench_token
 from service import migrate
 from service.app import create_app
 from service.core.config import Settings
@@ -45,17 +48,41 @@ DROPPED = {"com.microsoft.SkipLayerNormalization": 4}
 MATCH_AFTER = 10  # a confirmed alert this many commits after a step still belongs to it
 
 
-def simulate(rng: np.random.Generator, measured: np.ndarray, canary: np.ndarray, commits: int, block: int = 1):
-    """(samples [commits, runs], canary [commits]) for one series, from one measured series."""
-    jobs = measured.shape[0]
-    picks: list[int] = []
-    while len(picks) < commits:
-        start = int(rng.integers(jobs))
-        picks.extend((start + k) % jobs for k in range(block))
-    picks = picks[:commits]
-    runs = measured.shape[1]
-    inner = rng.integers(runs, size=(commits, runs))
-    return measured[picks][np.arange(commits)[:, None], inner].astype(np.float64), canary[picks].astype(np.float64)
+@dataclass
+class Series:
+    """One simulated series: its planted changes and the measured jobs its noise is drawn from. The
+    measured jobs were 2–3 s apart; a project's commits (and a re-measurement, queued behind the rest
+    of a CI round) are minutes apart, so each result is a job drawn at random: one measured job's
+    samples, bootstrapped, with its canary."""
+
+    model: str
+    kind: str  # "engine": a new engine version every commit; "model": graph hash changes at marked commits
+    step: float
+    step_at: int
+    drop_at: int
+    graph_changes: np.ndarray  # bool [commits]: the graph hash changes here (model projects)
+    measured: np.ndarray  # [jobs, runs]
+    canary: np.ndarray  # [jobs]
+    rng: np.random.Generator
+
+    def result(self, c: int) -> dict:
+        """This series' result at commit c: a freshly drawn job with the planted changes applied."""
+        job = int(self.rng.integers(self.measured.shape[0]))
+        runs = self.measured.shape[1]
+        samples = self.measured[job, self.rng.integers(runs, size=runs)].astype(np.float64)
+        factor = 1 + self.step if c >= self.step_at else 1.0
+        dropped = c >= self.drop_at
+        if self.kind == "engine":
+            version, graph = f"1.{c}", "g-dropped" if dropped else "g"
+        else:
+            marks = self.graph_changes[: c + 1].copy()
+            marks[[m for m in (self.step_at, self.drop_at) if m <= c]] = True
+            version, graph = "1.0", f"g{int(marks.sum())}"
+        return {
+            "model": self.model, "engine": "fusionwatch", "engine_version": version, "level": "all",
+            "fusions": DROPPED if dropped else FUSIONS, "graph_hash": graph, "threads": 1,
+            "execute_ms": [round(v * factor, 4) for v in samples], "canary_ms": round(float(self.canary[job]), 4),
+        }
 
 
 def plan(rng: np.random.Generator, first: int, series: int, commits: int, sources: int) -> list[dict]:
@@ -79,8 +106,10 @@ def run(args) -> dict:
     url = f"sqlite:///{tmp / 'fusionwatch.db'}"
     migrate.upgrade(url)
     truth: dict[tuple[str, str], dict] = {}
+    remeasured = 0
     started = time.perf_counter()
     with TestClient(create_app(url, Settings(data_dir=tmp / "data"))) as client:
+        client.headers["Authorization"] = f"Bearer {bench_token(url, 'bench-detect', 'write')}"  # as CI posts
         for p in range(args.projects):
             project = f"p{p}"
             kind = "engine" if p % 2 == 0 else "model"
@@ -89,42 +118,35 @@ def run(args) -> dict:
             plans = plan(rng, p * args.series, args.series, args.commits, measured.shape[0])
             # Every (measured series, step) pair equally often: series g takes source g mod 6, step (g // 6) mod 8.
             first = p * args.series
-            source = [(first + s) % measured.shape[0] for s in range(args.series)]
-            sims = [simulate(rng, measured[i], canaries[i], args.commits) for i in source]
             graph_changes = rng.random((args.series, args.commits)) < 0.2
+            series = {}
             for s, planned in enumerate(plans):
-                truth[(project, f"m{s:02d}")] = {**planned, "kind": kind, "source": source[s]}
+                source = (first + s) % measured.shape[0]
+                series[f"m{s:02d}"] = Series(f"m{s:02d}", kind, **planned, graph_changes=graph_changes[s],
+                                             measured=measured[source], canary=canaries[source], rng=rng)
+                truth[(project, f"m{s:02d}")] = {**planned, "kind": kind, "source": source}
             for c in range(args.commits):
-                results = []
-                for s, planned in enumerate(plans):
-                    samples, canary = sims[s]
-                    factor = 1 + planned["step"] if c >= planned["step_at"] else 1.0
-                    dropped = c >= planned["drop_at"]
-                    if kind == "engine":
-                        version, graph = f"1.{c}", "g-dropped" if dropped else "g"
-                    else:
-                        marks = graph_changes[s, : c + 1].copy()
-                        marks[[m for m in (planned["step_at"], planned["drop_at"]) if m <= c]] = True
-                        version, graph = "1.0", f"g{int(marks.sum())}"
-                    results.append({
-                        "model": f"m{s:02d}", "engine": "fusionwatch", "engine_version": version, "level": "all",
-                        "fusions": DROPPED if dropped else FUSIONS, "graph_hash": graph, "threads": 1,
-                        "execute_ms": [round(v * factor, 4) for v in samples[c]],
-                        "canary_ms": round(float(canary[c]), 4),
-                    })
-                parents = [f"c{c - 1}"] if c else []
-                reply = client.post("/api/v1/results", json={
-                    "project": project, "commit": {"sha": f"c{c}", "parents": parents},
+                document = {
+                    "project": project, "commit": {"sha": f"c{c}", "parents": [f"c{c - 1}"] if c else []},
                     "machine": {"machine_class": "cpu", "cpu": meta["cpu"], "cores": meta["cores"]},
-                    "results": results,
-                })
+                }
+                reply = client.post("/api/v1/results", json={**document, "results": [x.result(c) for x in series.values()]})
                 reply.raise_for_status()
+                # A suspected timing alert gets its re-measurement, as the service queues one for its own
+                # jobs (service/alerts/remeasure.py) and a client re-posts: a new job of that series, this commit.
+                again = sorted({a["model"] for a in reply.json()["alerts"]
+                                if a["kind"] == "timing-regression" and a["state"] == "suspected"})
+                if again:
+                    remeasured += len(again)
+                    client.post("/api/v1/results", json={
+                        **document, "results": [series[name].result(c) for name in again],
+                    }).raise_for_status()
             print(f"project {project} ({kind}): {args.series} series × {args.commits} commits, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session:
-            return score(session, truth, args, meta)
+            return {**score(session, truth, args, meta), "remeasured": remeasured}
     finally:
         engine.dispose()
         shutil.rmtree(tmp, ignore_errors=True)  # in /dev/shm: memory, not disk
@@ -174,6 +196,7 @@ def score(session, truth: dict, args, meta: dict) -> dict:
     report = {
         "cpu": meta["cpu"], "cores": meta["cores"], "series": len(truth), "commits": args.commits,
         "threshold_pct": args.threshold_pct,
+        "noise": {k: meta.get(k) for k in ("measured_at", "protocol", "load_1min")},
         "fusion": {"drops": len(truth), "recall_exact": fusion_hits / len(truth), "false_alarms": fusion_false},
         "timing": {
             "confirmed_alerts": total_alerts, "suspected_never_confirmed": suspected,
@@ -197,13 +220,14 @@ def score(session, truth: dict, args, meta: dict) -> dict:
 def print_report(report: dict) -> None:  # noqa: C901 (one table after another)
     print(f"\nfusionwatch detection benchmark: {report['series']} series × {report['commits']} commits, "
           f"noise measured on {report['cpu']} ({report['cores']} cores, shared), threshold {report['threshold_pct']:g}%")
+    print(f"noise: {report['noise']}")
     f = report["fusion"]
     print(f"fusion drops: {f['drops']}, recall at the exact commit {f['recall_exact']:.1%}, false alarms {f['false_alarms']}")
     t = report["timing"]
     print(f"timing: {t['confirmed_alerts']} confirmed alerts, precision {t['precision']:.3f}, "
           f"false alarms {t['false_alarms']} = {t['false_per_1000_series_commits']:.2f} per 1,000 series-commits "
           f"(by project kind {t['false_by_project_kind']}); {t['suspected_never_confirmed']} suspected never confirmed "
-          "(not delivered)")
+          f"(not delivered); {report['remeasured']} re-measurements")
     print("| step | series | recall ≤ 2 commits | recall ≤ 10 commits | median delay (commits) |")
     print("|---|---|---|---|---|")
     for step, r in t["by_step"].items():

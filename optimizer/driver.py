@@ -23,6 +23,7 @@ from optimizer.model_io import DEFAULT_LIMITS, LoadLimits, load_model, save_mode
 from optimizer.report import NearMiss, OptimizeReport, OptimizeResult, RuleStats
 from optimizer.rule import FUSED_META_KEY, RULE_META_KEY, Fail, Match, Rule, mark_created
 from optimizer.shape_inference import infer_shapes
+from optimizer.shape_probe import forget_pinned
 
 log = logging.getLogger("fusionwatch.optimizer")
 
@@ -76,6 +77,7 @@ def optimize(
             break
     else:
         log.warning("optimizer did not settle after %d rounds", MAX_ROUNDS)
+    forget_pinned(graph, keep_unoptimized=False)
     graph.sort()
     if rules:
         # Fusions leave weights they absorbed and shape arithmetic nobody reads any more. The pass

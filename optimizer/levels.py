@@ -23,6 +23,7 @@ from optimizer.fusions.fuse_relu_clip import FuseReluClip
 from optimizer.fusions.gelu_approximation import GeluApproximation
 from optimizer.fusions.gelu_fusion import GeluFusion
 from optimizer.fusions.gemm_activation_fusion import GemmActivationFusion
+from optimizer.fusions.group_query_attention_fusion import GroupQueryAttentionFusion
 from optimizer.fusions.layer_norm_fusion import LayerNormFusion
 from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
 from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
@@ -32,6 +33,7 @@ from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
 from optimizer.fusions.nhwc_conv_layout import NhwcTransformer
 from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
 from optimizer.fusions.reshape_fusion import ReshapeFusion
+from optimizer.fusions.rotary_embedding_fusion import RotaryEmbeddingFusion
 from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
 from optimizer.fusions.skip_layer_norm_fusion import SkipLayerNormFusion
 from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
@@ -68,7 +70,13 @@ EXTENDED: list[Rule] = BASIC_CLEANUPS + [
     # LayerNorm before SkipLayerNorm and Attention: both anchor on LayerNormalization.
     LayerNormFusion(),
     SimplifiedLayerNormFusion(),
+    # Before AttentionFusion, as in ONNX Runtime's transformer optimizer: the rotated Q and K then
+    # reach the scores as one op each, which the attention rule reads as heads.
+    RotaryEmbeddingFusion(),
     AttentionFusion(),
+    # After AttentionFusion: it turns the MultiHeadAttention over repeated K/V heads that rule
+    # makes of a grouped-query block into GroupQueryAttention.
+    GroupQueryAttentionFusion(),
     EmbedLayerNormFusion(),
     SkipLayerNormFusion(),
     BiasGeluFusion(),

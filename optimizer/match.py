@@ -277,3 +277,23 @@ def through_noop_casts(value: ir.Value | None) -> tuple[ir.Value | None, list[ir
 def same_value(a: ir.Value | None, b: ir.Value | None) -> bool:
     """Whether `a` and `b` are one value, up to no-op Casts on either side."""
     return a is not None and through_noop_casts(a)[0] is through_noop_casts(b)[0]
+
+
+def ancestor(value: ir.Value, wanted, limit: int = 64) -> ir.Node | None:
+    """The first of the nodes computing `value` (up to `limit` of them) for which `wanted` holds."""
+    seen: set[int] = set()
+    stack = [producer(value)]
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if wanted(node):
+            return node
+        stack.extend(producer(v) for v in node.inputs)
+    return None
+
+
+def custom_ancestor(value: ir.Value) -> ir.Node | None:
+    """A custom op among the nodes computing `value`: where shapes and patterns stop."""
+    return ancestor(value, is_custom)

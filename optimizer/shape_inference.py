@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from functools import partial
 
 import numpy as np
@@ -26,6 +27,7 @@ import onnx_ir as ir
 from onnx_ir.passes.common._c_api_utils import call_onnx_api  # strips and restores weights
 
 from optimizer.match import const_array, static_shape
+from optimizer.shape_probe import forget_pinned, remember_unoptimized
 from optimizer.text import shorten
 
 log = logging.getLogger("fusionwatch.optimizer")
@@ -46,6 +48,8 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
         if not _fill_what_onnx_cannot(model):
             break
         _infer_once(model, refine)
+    if not refine:  # the graph as loaded, for shape_probe's pinned runs (no second serialization)
+        forget_pinned(model.graph)
 
 
 MAX_FILL_ROUNDS = 3
@@ -78,20 +82,28 @@ def _fill_what_onnx_cannot(model: ir.Model) -> bool:
         if node.op_type not in SHAPE_KEEPING_OPS:
             continue
         source, output = node.inputs[0], node.outputs[0]
+        # Y takes Scale's type (onnxruntime's since-1 ops type X apart from Scale, B and Y).
+        typed = node.inputs[1] if len(node.inputs) > 1 and node.inputs[1] is not None else source
         if output.shape is None and source is not None and source.shape is not None:
             output.shape = ir.Shape(list(source.shape))
-            if output.type is None and source.type is not None:
-                output.type = source.type
+            if output.type is None and typed.type is not None:
+                output.type = typed.type
             filled = True
     return filled
 
 
 def _infer_once(model: ir.Model, refine: bool) -> None:
     infer = partial(
-        onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=_data_prop_is_bounded(model)
+        onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=data_prop_is_bounded(model)
     )
+    def run(proto: onnx.ModelProto) -> onnx.ModelProto:
+        if not refine and infer.keywords["data_prop"]:  # pinned runs propagate data too: only when bounded
+            remember_unoptimized(model.graph, proto)
+        _sort_nodes(proto.graph)
+        return infer(proto)
+
     try:
-        inferred = call_onnx_api(infer, model)
+        inferred = call_onnx_api(run, model)
     except (onnx.shape_inference.InferenceError, RuntimeError) as error:
         # Rules then see fewer shapes and say so in their near misses; the model is unchanged.
         log.warning("shape inference failed: %s", shorten(str(error), 300))
@@ -107,6 +119,51 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
         elif refine:
             _refine(value, ir.serde.deserialize_type_proto_for_shape(info.type))
+
+
+def _sort_nodes(graph: onnx.GraphProto) -> None:
+    """Put the copy handed to onnx in topological order, as onnxruntime resolves a graph.
+
+    onnx infers node by node in the listed order, so a node listed before its producer (onnxruntime's
+    layer_norm_fusion_scale_bias.onnx lists its Casts last) gets no types, nor does anything after
+    it. Only the copy is reordered; the model keeps its order until the driver sorts it. A graph
+    that cannot be ordered (a cycle) is left as listed.
+    """
+    producers = {name: index for index, node in enumerate(graph.node) for name in node.output if name}
+    needs = [{producers[name] for name in _reads(node) if name in producers} - {index}
+             for index, node in enumerate(graph.node)]
+    if all(source < index for index, need in enumerate(needs) for source in need):
+        return  # already in order: the usual case, and it costs one pass
+    waiting = [len(need) for need in needs]
+    readers: dict[int, list[int]] = {}
+    for index, need in enumerate(needs):
+        for source in need:
+            readers.setdefault(source, []).append(index)
+    ready = deque(index for index, count in enumerate(waiting) if count == 0)
+    order = []
+    while ready:
+        index = ready.popleft()
+        order.append(index)
+        for reader in readers.get(index, ()):
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                ready.append(reader)
+    if len(order) == len(graph.node):
+        nodes = [onnx.NodeProto() for _ in order]
+        for node, index in zip(nodes, order, strict=True):
+            node.CopyFrom(graph.node[index])
+        del graph.node[:]
+        graph.node.extend(nodes)
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The names a node reads, those its subgraphs read from the outer scope included."""
+    names = {name for name in node.input if name}
+    for attribute in node.attribute:
+        for subgraph in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+            for inner in subgraph.node:
+                names |= _reads(inner)
+    return names
 
 
 def _import_used_domains(model: ir.Model) -> None:
@@ -141,7 +198,7 @@ def _forget_negative_dims(model: ir.Model) -> None:
 _GENERATORS = {"ConstantOfShape": 0, "Expand": 1, "Tile": 1, "Range": None}
 
 
-def _data_prop_is_bounded(model: ir.Model) -> bool:
+def data_prop_is_bounded(model: ir.Model) -> bool:
     """Whether onnx's data propagation can run without materializing a huge tensor.
 
     Data propagation computes shape-like values in C++, and a ConstantOfShape([2e9]) or a

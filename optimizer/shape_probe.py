@@ -8,14 +8,16 @@ does not depend on the inputs' sizes there (the sizes are chosen so no product o
 them coincides). The first run also gives the shape arithmetic's values at known sizes, which the
 layout probes use to evaluate reshape targets read off values inference could not name.
 
-Runs only where a rule needs it, on the graph without its weights; cached on the graph by value
-name (a rewrite preserves what every surviving value computes, so a cached shape stays true).
+Runs only where a rule needs it, on the graph without its weights: the one optimize's first shape
+inference serialized (serializing costs more than inferring), and cached on the graph by value
+name; a rewrite keeps the names and meaning of the values it leaves, so those shapes stay true.
 """
 
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common._c_api_utils import call_onnx_api
@@ -28,10 +30,11 @@ log = logging.getLogger("fusionwatch.optimizer")
 # (batch, every other symbolic input dimension) for the two runs
 FIRST_SIZES, SECOND_SIZES = (2, 3), (5, 7)
 CACHE_KEY = "fusionwatch.pinned_shapes"
-MAX_FILL_ROUNDS = 3
+PROTO_KEY = "fusionwatch.unoptimized_proto"
 # Ops onnx cannot infer whose first output has their first input's shape: onnxruntime's own
 # normalizations (LayerNormalization below opset 17 too) and the fused ops rules emit, which the
-# graph holds by the time a later rule asks.
+# graph holds by the time a later rule asks. (MultiHeadAttention: our rules give it a query as
+# wide as its value.)
 SAME_SHAPE_OPS = frozenset(
     {("", "LayerNormalization"), ("", "SimplifiedLayerNormalization"), (MS, "SkipLayerNormalization"),
      (MS, "SkipSimplifiedLayerNormalization"), (MS, "MultiHeadAttention"), (MS, "FastGelu"), (MS, "BiasGelu"),
@@ -41,13 +44,36 @@ SAME_SHAPE_OPS = frozenset(
 Shapes = dict[str, tuple[int, ...]]
 
 
+def remember_unoptimized(graph: ir.Graph, proto: onnx.ModelProto) -> None:
+    """Keep the serialized graph as loaded (optimize's first shape inference makes it anyway):
+    the pinned runs infer it instead of serializing the graph again. Values keep their names
+    through every rewrite, and a rewrite preserves what each surviving value computes, so its
+    shapes stay true for them."""
+    graph.meta[PROTO_KEY] = proto
+
+
+def forget_pinned(graph: ir.Graph, keep_unoptimized: bool = True) -> None:
+    """Drop pinned shapes of an earlier optimization of this graph (and, at the end of one, the
+    serialized graph they were inferred from, which a session would otherwise hold on to)."""
+    graph.meta.pop(CACHE_KEY, None)
+    if not keep_unoptimized:
+        graph.meta.pop(PROTO_KEY, None)
+
+
 def pinned_shapes(graph: ir.Graph, value: ir.Value) -> tuple[Shapes, Shapes]:
-    """Static shapes by value name at FIRST_SIZES and SECOND_SIZES, computed again only when
-    `value` is new since the last computation."""
+    """Static shapes by value name at FIRST_SIZES and SECOND_SIZES.
+
+    From the graph as loaded when optimize kept it (once per optimization); otherwise from the
+    graph as it is, computed again only when `value` is not among them and the graph changed
+    since (a fused op inference now knows may stand where an opaque one stood)."""
     cached = graph.meta.get(CACHE_KEY)
-    if cached is None or (value.name not in cached[0] and value.name not in cached[2]):
-        first, second = _infer_pinned(graph, FIRST_SIZES), _infer_pinned(graph, SECOND_SIZES)
-        cached = (first, second, {v.name for node in graph for v in node.outputs} - set(first))
+    unoptimized = graph.meta.get(PROTO_KEY)
+    if cached is None and unoptimized is not None:
+        cached = (*_both(unoptimized), None)
+        graph.meta[CACHE_KEY] = cached
+    elif cached is None or (value.name not in cached[0] and cached[2] is not None and cached[2] != graph.num_nodes()):
+        first, second = _infer_pinned(graph)
+        cached = (first, second, graph.num_nodes())
         graph.meta[CACHE_KEY] = cached
     return cached[0], cached[1]
 
@@ -65,13 +91,27 @@ def constant_dims(graph: ir.Graph, value: ir.Value) -> list[int | None] | None:
     return [d if isinstance(d, int) else None for d in declared]
 
 
-def _infer_pinned(graph: ir.Graph, sizes: tuple[int, int]) -> Shapes:
+def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
+    """Both runs on one serialization of the graph (serializing costs more than inferring)."""
+    from optimizer.shape_inference import data_prop_is_bounded  # it imports this module
+
     model = ir.Model(graph, ir_version=10)
-    try:
-        return call_onnx_api(lambda proto: _run(proto, sizes), model)
-    except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as error:
-        log.warning("pinned shape inference failed: %s", shorten(str(error), 300))
-        return {}
+    if not data_prop_is_bounded(model):  # a huge generator: data propagation would allocate it
+        return {}, {}
+    return call_onnx_api(_both, model)
+
+
+def _both(proto: onnx.ModelProto) -> tuple[Shapes, Shapes]:
+    runs = []
+    for sizes in (FIRST_SIZES, SECOND_SIZES):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        try:
+            runs.append(_run(copy, sizes))
+        except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as error:
+            log.warning("pinned shape inference failed: %s", shorten(str(error), 300))
+            runs.append({})
+    return runs[0], runs[1]
 
 
 def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
@@ -84,22 +124,51 @@ def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
     del proto.graph.value_info[:]
     for value in proto.graph.output:  # declared symbolic; the pinned run finds numbers
         value.type.tensor_type.ClearField("shape")
-    shapes: Shapes = {}
-    for _ in range(MAX_FILL_ROUNDS + 1):
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-        shapes = {info.name: _static(info) for info in inferred.graph.value_info}
-        shapes = {name: shape for name, shape in shapes.items() if shape is not None}
-        # onnx has no shape function for onnxruntime's normalization ops: they keep their input's shape
-        added = False
-        for node in proto.graph.node:
-            if (node.domain, node.op_type) in SAME_SHAPE_OPS and node.output and node.output[0] not in shapes:
-                source = next((info for info in inferred.graph.value_info if info.name == node.input[0]), None)
-                if source is not None and _static(source) is not None:
-                    proto.graph.value_info.append(_renamed(source, node.output[0]))
-                    added = True
-        if not added:
-            break
-    return shapes
+    _use_stand_ins(proto)
+    inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+    known = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+    shapes = {info.name: _static(info) for info in known}
+    shapes |= {t.name: tuple(t.dims) for t in proto.graph.initializer}
+    return {name: shape for name, shape in shapes.items() if shape is not None}
+
+
+def _use_stand_ins(proto: onnx.ModelProto) -> None:
+    """Swap onnxruntime's ops, which onnx cannot infer, for standard ones with the same output
+    shapes (this copy of the graph is only ever inferred, never run), so one inference pass goes
+    on through them: a same-shape op becomes Identity, EmbedLayerNormalization the word lookup,
+    Attention a product with a stand-in weight of the output's width."""
+    nodes = []
+    for node in proto.graph.node:
+        key = (node.domain, node.op_type)
+        if key in SAME_SHAPE_OPS:  # the Skip ops' 4th output is the residual sum: the same shape too
+            kept = (0, 3) if node.op_type.startswith("Skip") else (0,)
+            nodes += [onnx.helper.make_node("Identity", [node.input[0]], [node.output[i]])
+                      for i in kept if i < len(node.output) and node.output[i]]
+        elif key == (MS, "EmbedLayerNormalization") and len(node.input) > 2:
+            nodes += [onnx.helper.make_node("Gather", [node.input[2], node.input[0]], [node.output[i]])
+                      for i in (0, 2) if i < len(node.output) and node.output[i]]
+        elif key == (MS, "Attention") and not any(a.name == "qkv_hidden_sizes" for a in node.attribute):
+            weight = f"{node.output[0]}/stand_in_weight"
+            nodes += [
+                onnx.helper.make_node("Shape", [node.input[1]], [f"{weight}/shape"]),
+                onnx.helper.make_node("Div", [f"{weight}/shape", f"{weight}/thirds"], [f"{weight}/dims"]),
+                onnx.helper.make_node("ConstantOfShape", [f"{weight}/dims"], [weight]),
+                onnx.helper.make_node("MatMul", [node.input[0], weight], [node.output[0]]),
+            ]
+            proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, 3], np.int64), f"{weight}/thirds"))
+        elif key == (MS, "FusedGemm"):
+            kept = [a for a in node.attribute if a.name in ("transA", "transB", "alpha", "beta")]
+            stand_in = onnx.helper.make_node("Gemm", list(node.input[:3]), [node.output[0]])
+            stand_in.attribute.extend(kept)
+            nodes.append(stand_in)
+        elif key == (MS, "FusedMatMul") and all(
+            a.name == "alpha" for a in node.attribute if onnx.helper.get_attribute_value(a)
+        ):
+            nodes.append(onnx.helper.make_node("MatMul", list(node.input[:2]), [node.output[0]]))
+        else:
+            nodes.append(node)
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
 
 
 def _static(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
@@ -107,13 +176,6 @@ def _static(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
     if not tensor.HasField("shape") or any(not d.HasField("dim_value") for d in tensor.shape.dim):
         return None
     return tuple(d.dim_value for d in tensor.shape.dim)
-
-
-def _renamed(info: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:
-    copy = onnx.ValueInfoProto()
-    copy.CopyFrom(info)
-    copy.name = name
-    return copy
 
 
 __all__ = ["pinned_shapes", "constant_dims", "FIRST_SIZES"]

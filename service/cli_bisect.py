@@ -28,7 +28,7 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def bisect_command(
-    server: Annotated[str, typer.Option("--server", help="the fusionwatch service, e.g. http://127.0.0.1:8000")],
+    server: Annotated[str, typer.Option("--server", help="the fusionwatch service, e.g. http://127.0.0.1:8000 (with a write token in FUSIONWATCH_TOKEN)")],
     project: Annotated[str, typer.Option("--project", help="project name")],
     good: Annotated[str, typer.Option("--good", help="a measured commit without the regression")],
     bad: Annotated[str, typer.Option("--bad", help="a measured commit with it")],

@@ -247,7 +247,7 @@ def progress(console: Console) -> Progress:
 
 def submit_command(
     models: Annotated[list[Path], typer.Argument(help="the commit's ONNX exports (.onnx, or .zip with external data)")],
-    server: Annotated[str, typer.Option("--server", help="the service, e.g. http://127.0.0.1:8000")],
+    server: Annotated[str, typer.Option("--server", help="the service, e.g. http://127.0.0.1:8000 (with a write token in FUSIONWATCH_TOKEN; FUSIONWATCH_WEBHOOK_SECRET signs the delivery)")],
     project: Annotated[str, typer.Option("--project", help="project name")],
     commit: Annotated[str, typer.Option("--commit", help="commit sha")],
     branch: Annotated[str, typer.Option("--branch", help="branch the commit is on")] = "main",

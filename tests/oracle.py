@@ -14,7 +14,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
-from optimizer import OptimizeResult
+from optimizer import OptimizeResult, optimize
 
 MODELS = Path(__file__).resolve().parent / "models"
 RTOL, ATOL = 1e-3, 1e-4
@@ -105,3 +105,18 @@ def assert_same_outputs(
         if want.size:
             largest = max(largest, float(np.max(np.abs(got.astype(np.float64) - want))))
     return largest
+
+
+def assert_fuses_as_pinned(model: onnx.ModelProto, feeds: dict[str, np.ndarray], fusions: dict[str, int],
+                           level: str = "extended") -> None:
+    """`optimize` at `level` makes exactly `fusions`, and the fused graph computes what `model` does,
+    in onnxruntime and in our executor (onnxruntime on the unfused model is the oracle)."""
+    import runtime  # here, not at the top: the optimizer's tests that never run a model stay light
+
+    result = optimize(model, level)
+    assert result.report.fusions == fusions
+    assert_same_outputs(model, result, feeds)
+    expected = run_onnxruntime(model, feeds)
+    session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
+    for (name, want), got in zip(expected.items(), session.run(None, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"our executor, output {name}")

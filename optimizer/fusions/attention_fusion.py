@@ -37,6 +37,8 @@ Q, K and V may also reach the scores already projected and split into heads, wit
 projection and the product that Attention's packed weight cannot express (Llama's rotary
 embedding, grouped-query K/V repeated to every head): then the block becomes MultiHeadAttention on
 Q (back in [B, S, hidden]) and K, V in heads, the probe checking the Kᵀ chain and the head merge.
+When K and V in heads are Concats onto a per-layer past_key / past_value (Hugging Face's cache),
+the Concats go into the op as its past inputs and present outputs.
 
 Dropped on purpose: the NaN guard after Softmax (IsNaN -> Where(0)). It only differs for a
 query row whose every key is masked (all padding); the fused op then yields NaN there.
@@ -51,10 +53,12 @@ from optimizer.fusions.attention_causal import causal_kind
 from optimizer.fusions.attention_past import PastSide, concat_axis, past_side, present_of
 from optimizer.match import (
     MS,
+    ancestor,
     attr,
     const_array,
     const_scalar,
     consumers,
+    custom_ancestor,
     describe,
     input_at,
     is_const,
@@ -201,7 +205,7 @@ class AttentionFusion(Rule):
         if isinstance(past, str):
             return fail("past", past)
         if past is not None:
-            past_value, past_nodes, present = past
+            _, past_nodes, present = past
             core += past_nodes
             presents = [present] if present is not None else []
         fill = packed_fill
@@ -246,13 +250,21 @@ class AttentionFusion(Rule):
         flat = _unique_initializer(op, match.graph, np.array([0, 0, match.hidden], np.int64), "attention_query_shape")
         query = op.op("Reshape", [perm, flat], name=f"{name}/query")
         bias = _heads_bias(op, match, q4)
-        inputs = [query, k4, v4] + ([None, None, bias] if bias is not None else [])
         attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
-        output = op.op("MultiHeadAttention", inputs, attributes, domain=MS, name=name)
+        presents = []
+        if match.cache is not None:  # new K, V as [B, S, hidden] after the past in the op's cache inputs
+            past_key, past_value, k_new, v_new = match.cache
+            key, value = (_merged_heads(op, match, v, role) for v, role in ((k_new, "key"), (v_new, "value")))
+            inputs = [query, key, value, None, None, bias, past_key, past_value]
+            output, *presents = op.op_multi_out("MultiHeadAttention", inputs, attributes, domain=MS, num_outputs=3,
+                                                name=name)
+        else:
+            inputs = [query, k4, v4] + ([None, None, bias] if bias is not None else [])
+            output = op.op("MultiHeadAttention", inputs, attributes, domain=MS, name=name)
         if match.flat_output:
             shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
             output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
-        return output
+        return [output, *presents]
 
     def _match_heads(self, graph, softmax, core, qk, pv, scale, k_transposed, mask, fill):
         """The block over Q, K, V already in heads, [B, N, S, H], as MultiHeadAttention: a Match, or
@@ -302,12 +314,17 @@ class AttentionFusion(Rule):
             if problem is not None and not _is_key_padding(mask):
                 return problem[0]
             padding = ("expand", None, None) if problem is not None else None
-        nodes = list({id(n): n for n in core + k_chain + out_nodes}.values())
+        # A cache per layer (past_key, past_value): the Concats onto it go into the fused op, whose
+        # present_key / present_value outputs take their place.
+        cache = _heads_cache(k4, v4)
+        concats = [cache[0], cache[1]] if cache is not None else []
+        nodes = list({id(n): n for n in core + k_chain + out_nodes + concats}.values())
         nodes += _dead_helpers(nodes, [fill[0].inputs[0] if fill is not None else None, mask])
         return Match(
             nodes=_in_graph_order(graph, nodes),
-            outputs=[out_value],
+            outputs=[out_value, *(c.outputs[0] for c in concats)],
             captures={
+                "cache": cache[2:] if cache is not None else None,
                 "graph": graph, "anchor": softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
                 "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
                 "num_heads": num_heads, "scale": scale, "flat_output": flat_output, "hidden": num_heads * head_size,
@@ -638,7 +655,7 @@ def _check_past(q: _Projection, k: _Projection, v: _Projection, probe: _Probe, h
 def _reads_block(value: ir.Value, block: list[ir.Node]) -> bool:
     """Whether `value` is computed from an output of `block` (a Shape of the scores, say)."""
     inside = {id(n) for n in block}
-    return _ancestor(value, lambda node: id(node) in inside) is not None
+    return ancestor(value, lambda node: id(node) in inside) is not None
 
 
 def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
@@ -669,7 +686,7 @@ def _nan_guard(softmax: ir.Node) -> list[ir.Node] | None:
 def _check_mask(mask: ir.Value, num_heads: int) -> tuple[str, ir.Node | None] | None:
     """None when `mask` can be the fused op's attention_bias [B|1, 1|N, S, T]; else (reason, node)."""
     if rank(mask) is None:
-        barrier = _custom_ancestor(mask)
+        barrier = custom_ancestor(mask)
         if barrier is not None:
             return (f"mask path contains custom op {describe(barrier)}; its shape is unknown", barrier)
         return (f"the rank of mask '{mask.name}' is unknown", producer(mask))
@@ -736,25 +753,6 @@ def _expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
     return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")
 
 
-def _custom_ancestor(value: ir.Value) -> ir.Node | None:
-    return _ancestor(value, is_custom)
-
-
-def _ancestor(value: ir.Value, wanted, limit: int = 64) -> ir.Node | None:
-    """The first of the nodes computing `value` (up to `limit` of them) for which `wanted` holds."""
-    seen: set[int] = set()
-    stack = [producer(value)]
-    while stack and len(seen) < limit:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if wanted(node):
-            return node
-        stack.extend(producer(v) for v in node.inputs)
-    return None
-
-
 # --- the layout probe ----------------------------------------------------------------------
 
 
@@ -772,6 +770,7 @@ class _Probe:
                 self.symbols[str(dim)] = size
         self.shapes: dict[int, tuple[int, ...]] = {}  # id(value) -> probe shape
         self.x = x
+        self.pinned: dict[str, tuple[int, ...]] = {}  # shapes at pinned input sizes (for_heads)
 
     @classmethod
     def scores_ints(cls, score_values: list[ir.Value]):
@@ -780,7 +779,7 @@ class _Probe:
 
         def ints(value: ir.Value, queries: int, keys: int):
             probe = cls.__new__(cls)
-            probe.batch, probe.seq, probe.symbols, probe.x = PROBE_BATCH, queries, {}, None
+            probe.batch, probe.seq, probe.symbols, probe.x, probe.pinned = PROBE_BATCH, queries, {}, None, {}
             probe.shapes = {id(v): (PROBE_BATCH, PROBE_HEADS, queries, keys) for v in score_values}
             return probe.ints(value)
 
@@ -942,7 +941,7 @@ class _Probe:
     def _shape_of(self, value: ir.Value) -> tuple[int, ...] | None:
         if id(value) in self.shapes:
             return self.shapes[id(value)]
-        if value.name in getattr(self, "pinned", {}):  # consistent with batch and seq (for_heads)
+        if value.name in self.pinned:  # consistent with batch and seq (for_heads)
             return self.pinned[value.name]
         if value.shape is None:
             return None
@@ -955,6 +954,39 @@ class _Probe:
             else:
                 return None
         return tuple(dims)
+
+
+def _heads_cache(k4: ir.Value, v4: ir.Value):
+    """(K Concat, V Concat, past_key, past_value, new K, new V) when K and V in heads are each a
+    Concat of a [B, N, P, H] graph input (the past) and the new heads along the sequence axis,
+    as Hugging Face's cache writes them; else None."""
+    found = []
+    for value in (k4, v4):
+        concat = producer(value)
+        if not is_op(concat, "Concat") or len(concat.inputs) != 2 or int(attr(concat, "axis", 0)) not in (2, -2):
+            return None
+        past, new = concat.inputs
+        if not past.is_graph_input() or rank(past) != 4 or rank(new) != 4:
+            return None
+        found.append((concat, past, new))
+    (k_concat, past_key, k_new), (v_concat, past_value, v_new) = found
+    return k_concat, v_concat, past_key, past_value, k_new, v_new
+
+
+def _merged_heads(op: ir.tape.Tape, match: Match, heads: ir.Value, role: str) -> ir.Value:
+    """[B, N, S, H] heads as the [B, S, N*H] the fused op takes: the value they were split from when
+    that is a Reshape(x, [0, 0, N, H]) -> Transpose(0, 2, 1, 3) away, else a Transpose + Reshape."""
+    transpose = producer(heads)
+    split = producer(transpose.inputs[0]) if is_op(transpose, "Transpose") else None
+    if list(attr(transpose, "perm", []) or []) == [0, 2, 1, 3] and is_op(split, "Reshape") and rank(split.inputs[0]) == 3:
+        target = const_array(split.inputs[1])
+        if target is not None and [int(d) for d in target] == [0, 0, match.num_heads, match.hidden // match.num_heads]:
+            if not attr(split, "allowzero", 0):
+                return split.inputs[0]
+    name = f"{AttentionFusion.name}/{match.anchor}/{role}"
+    perm = op.op("Transpose", [heads], {"perm": [0, 2, 1, 3]}, name=f"{name}_bsnh")
+    flat = _unique_initializer(op, match.graph, np.array([0, 0, match.hidden], np.int64), f"attention_{role}_shape")
+    return op.op("Reshape", [perm, flat], name=name)
 
 
 def _heads_dims(graph: ir.Graph, value: ir.Value) -> list[int | str | None]:

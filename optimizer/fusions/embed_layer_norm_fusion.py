@@ -70,6 +70,12 @@ class EmbedLayerNormFusion(Rule):
         if tree is None:  # an encoder LayerNorm, say
             return fail("embedding", f"{describe(ln_add)} does not add two or three Gather lookups of embedding tables")
         adds, gathers, folded = tree
+        # A mixed-precision LayerNorm (LayerNormFusion absorbs float16/float32 Casts) returns
+        # gamma's type; EmbedLayerNormalization computes and returns float.
+        for role, weight in zip(("gamma", "beta"), ln.inputs[1:3], strict=False):
+            if weight is not None and weight.dtype is not None and weight.dtype != ir.DataType.FLOAT:
+                return fail("dtype", f"{role} '{value_name(weight)}' of {describe(ln)} is {weight.dtype.name.lower()}; "
+                            "the fusion handles float")
         word, others = gathers[0], gathers[1:]
         if folded is not None:  # constant folding already looked the positions up
             return self._match_folded_positions(ln, adds, word, others, folded)

@@ -9,10 +9,18 @@
 Variants ONNX Runtime's layer_norm_fusion.cc accepts are accepted here too: two copies of
 the Sub (older PyTorch), a Cast between Sub and Pow or between the normalization and the
 gamma Mul, the exponent 2 arriving through a Cast, and ReduceMean axes as an attribute
-(opset < 18) or a constant input (opset >= 18). A Cast *inside* the pattern is absorbed only
-when it keeps the dtype: ONNX Runtime also drops dtype-changing ones (Apex O2), which changes
-the output dtype, so here those are near misses. Casts in front of or behind the pattern are
-not part of it and stay.
+(opset < 18) or a constant input (opset >= 18).
+
+Mixed precision (Apex O2, float16 exports): the Casts between float16 and float32 that run
+part of the pattern in the other precision are absorbed, the Cast feeding the pattern's input
+and those inside it, as ONNX Runtime does. The fused op computes its statistics in float32
+whatever X's type (stash_type 1), so it is at least as precise as the chain it replaces, and
+its output takes gamma's type, which is the chain's output type. Where X and gamma then differ
+in type, that needs ONNX Runtime's since-1 LayerNormalization (opset < 17, its T and V types);
+from opset 17 the op takes one type throughout, so there it is a near miss. Other Casts
+(double, integers) are near misses, and Casts behind the pattern stay. ONNX Runtime skips the
+float16 fusions on its CPU provider only because its older CPU kernels had no float16 path;
+ours has one (runtime/kernels/normalization.py).
 
 The fused op is the ONNX-domain LayerNormalization for every opset: standard from opset 17,
 and below that ONNX Runtime's own since-1 registration of the same name in the ONNX domain,
@@ -44,8 +52,12 @@ from optimizer.match import (
 )
 from optimizer.rule import Fail, Match, Rule, fail
 
-# float16 LayerNorm has no CPU kernel in ONNX Runtime, so its fusion skips it; we follow.
-FUSABLE_DTYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
+FUSABLE_DTYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16)
+# The precisions a Cast inside (or feeding) the pattern may switch between: the fused op
+# computes in float32 either way, so dropping such a Cast never loses precision.
+MIXED_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
+# ONNX Runtime's since-1 LayerNormalization types X apart from Scale/B/Y; the standard one (17) does not.
+ONE_TYPE_OPSET = 17
 
 
 class LayerNormFusion(Rule):
@@ -73,18 +85,24 @@ class LayerNormFusion(Rule):
                     f"not the ReduceMean's input '{value_name(x)}' minus the mean",
                     sub,
                 )
-        failure = check_float_input(x, "LayerNormalization")
+        failure = check_float_input(x, "LayerNormalization", FUSABLE_DTYPES)
         if failure:
             return failure
 
-        # Every value that carries d = x - mean: the Sub outputs and dtype-keeping Casts of them.
-        centered = [s.outputs[0] for s in subs]
         nodes: list[ir.Node] = [mean_node, *subs]
+        source = x
+        lead = _leading_cast(x, [mean_node, *subs])
+        if lead is not None:
+            source = lead.inputs[0]
+            nodes.insert(0, lead)
+
+        # Every value that carries d = x - mean: the Sub outputs and float16/float32 Casts of them.
+        centered = [s.outputs[0] for s in subs]
         for value in list(centered):
             cast = reader(value, "Cast")
             if cast is not None:
-                if not keeps_dtype(cast):
-                    return cast_fail(cast)
+                if not switches_precision(cast):
+                    return cast_fail(cast, _PRECISION_ONLY)
                 centered.append(cast.outputs[0])
                 nodes.append(cast)
 
@@ -112,15 +130,18 @@ class LayerNormFusion(Rule):
         if isinstance(axes, Fail):
             return axes
 
-        tail = affine_tail(normalized, x, with_beta=True, axes=axes)
+        tail = affine_tail(normalized, x, with_beta=True, axes=axes, cast_ok=switches_precision)
         if isinstance(tail, Fail):
             return tail
         gamma, beta, tail_nodes = tail
         nodes += tail_nodes
+        failure = _check_types(graph, source, gamma)
+        if failure:
+            return failure
         return Match(
             nodes=nodes,
             outputs=[tail_nodes[-1].outputs[0]],
-            captures={"x": x, "gamma": gamma, "beta": beta, "epsilon": epsilon, "axis": -axes,
+            captures={"x": source, "gamma": gamma, "beta": beta, "epsilon": epsilon, "axis": -axes,
                       "double": x.dtype == ir.DataType.DOUBLE},
         )
 
@@ -131,6 +152,33 @@ class LayerNormFusion(Rule):
         return op.op("LayerNormalization", [match.x, match.gamma, match.beta], attributes=attributes)
 
 
+def switches_precision(cast: ir.Node) -> bool:
+    """A Cast that keeps the dtype or switches between float16 and float32."""
+    source = cast.inputs[0].dtype if cast.inputs[0] is not None else None
+    return keeps_dtype(cast) or (source in MIXED_DTYPES and int(attr(cast, "to", -1)) in MIXED_DTYPES)
+
+
+def _leading_cast(x: ir.Value, pattern: list[ir.Node]) -> ir.Node | None:
+    """The Cast producing `x` from float16 or float32 data in the other precision, when only the
+    pattern reads its output (ONNX Runtime's Apex O2 form): the fused op reads its input instead."""
+    cast = producer(x)
+    if not is_op(cast, "Cast") or keeps_dtype(cast) or not switches_precision(cast) or x.is_graph_output():
+        return None
+    return cast if all(user in pattern for user, _ in x.uses()) else None
+
+
+def _check_types(graph: ir.Graph, x: ir.Value, gamma: ir.Value) -> Fail | None:
+    """X and gamma of different types need ONNX Runtime's since-1 LayerNormalization (opset < 17)."""
+    if x.dtype is None or gamma.dtype is None or x.dtype == gamma.dtype:
+        return None
+    opset = graph.opset_imports.get("", 1)
+    if opset >= ONE_TYPE_OPSET:
+        return fail("dtype", f"input '{value_name(x)}' is {_dtype_name(x.dtype)} but gamma '{value_name(gamma)}' is "
+                    f"{_dtype_name(gamma.dtype)}; LayerNormalization takes one type throughout from opset "
+                    f"{ONE_TYPE_OPSET} (this model imports {opset})")
+    return None
+
+
 # --- steps shared with SimplifiedLayerNormFusion ------------------------------------------
 
 
@@ -139,24 +187,23 @@ def keeps_dtype(cast: ir.Node) -> bool:
     return source is not None and int(attr(cast, "to", -1)) == int(source)
 
 
-def cast_fail(cast: ir.Node) -> Fail:
+def cast_fail(cast: ir.Node, why: str = "the fused op would change the output dtype") -> Fail:
     source = cast.inputs[0].dtype
     target = ir.DataType(int(attr(cast, "to", 0)))
     return fail(
         "cast",
-        f"{describe(cast)} inside the pattern changes dtype from {_dtype_name(source)} to {_dtype_name(target)}; "
-        "the fused op would change the output dtype",
+        f"{describe(cast)} inside the pattern changes dtype from {_dtype_name(source)} to {_dtype_name(target)}; {why}",
         cast,
     )
 
 
-def check_float_input(x: ir.Value, fused_op: str) -> Fail | None:
-    if x.dtype is not None and x.dtype not in FUSABLE_DTYPES:
-        return fail(
-            "dtype",
-            f"input '{value_name(x)}' is {_dtype_name(x.dtype)}; ONNX Runtime fuses {fused_op} "
-            "only for float and double on CPU",
-        )
+_PRECISION_ONLY = "only Casts between float16 and float are absorbed, since the fused op computes in float"
+
+
+def check_float_input(x: ir.Value, fused_op: str, dtypes: tuple[ir.DataType, ...]) -> Fail | None:
+    if x.dtype is not None and x.dtype not in dtypes:
+        names = " and ".join(_dtype_name(d) for d in dtypes)
+        return fail("dtype", f"input '{value_name(x)}' is {_dtype_name(x.dtype)}; {fused_op} is fused for {names} only")
     return None
 
 
@@ -290,15 +337,17 @@ def _trailing_count(axes: list[int], x_rank: int | None) -> int | None:
     return len(axes) if normalized == list(range(x_rank - len(axes), x_rank)) else None
 
 
-def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool, axes: int = 1):
-    """[dtype-keeping Cast] -> Mul(gamma) [-> Add(beta)]: (gamma, beta, nodes) or a near miss.
+def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool, axes: int = 1, cast_ok=None):
+    """[Cast] -> Mul(gamma) [-> Add(beta)]: (gamma, beta, nodes) or a near miss.
 
-    `axes`: how many trailing axes are normalized; gamma and beta have exactly their shape."""
+    `axes`: how many trailing axes are normalized; gamma and beta have exactly their shape and the
+    type of the value they scale. `cast_ok`: which Casts in front of the Mul are absorbed
+    (dtype-keeping ones unless said)."""
     nodes: list[ir.Node] = []
     user = reader(normalized, "Cast", "Mul")
     if is_op(user, "Cast"):
-        if not keeps_dtype(user):
-            return cast_fail(user)
+        if not (cast_ok or keeps_dtype)(user):
+            return cast_fail(user) if cast_ok is None else cast_fail(user, _PRECISION_ONLY)
         nodes.append(user)
         normalized = user.outputs[0]
         user = reader(normalized, "Mul")
@@ -306,7 +355,7 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool, axes: int = 
         return fail("gamma", f"the normalized value '{value_name(normalized)}' feeds {_readers(normalized)}, not Mul(gamma)")
     nodes.append(user)
     gamma = other_input(user, normalized)
-    failure = _check_weight("gamma", gamma, user, x, axes)
+    failure = _check_weight("gamma", gamma, user, x, axes, normalized)
     if failure:
         return failure
     if not with_beta:
@@ -316,7 +365,7 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool, axes: int = 
         return fail("beta", f"the Mul by gamma {describe(user)} feeds {_readers(user.outputs[0])}, not Add(beta)")
     nodes.append(add)
     beta = other_input(add, user.outputs[0])
-    failure = _check_weight("beta", beta, add, x, axes)
+    failure = _check_weight("beta", beta, add, x, axes, normalized)
     if failure:
         return failure
     if list(gamma.shape or ()) != list(beta.shape or ()) and static_shape(gamma) != static_shape(beta):
@@ -325,7 +374,7 @@ def affine_tail(normalized: ir.Value, x: ir.Value, with_beta: bool, axes: int = 
     return gamma, beta, nodes
 
 
-def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value, axes: int = 1) -> Fail | None:
+def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value, axes: int, scaled: ir.Value) -> Fail | None:
     shape = static_shape(weight)
     if axes > 1:  # over several trailing axes the weight has exactly their (known) shape
         trailing = tuple(x.shape[-axes:]) if x.shape is not None and len(x.shape) >= axes else None
@@ -348,9 +397,9 @@ def _check_weight(role: str, weight: ir.Value | None, node: ir.Node, x: ir.Value
     if isinstance(hidden, int) and isinstance(shape[0], int) and shape[0] != hidden:
         return fail(role, f"{role} '{value_name(weight)}' has {shape[0]} elements but '{value_name(x)}' "
                     f"has last dimension {hidden}")
-    if x.dtype is not None and weight.dtype is not None and weight.dtype != x.dtype:
+    if scaled.dtype is not None and weight.dtype is not None and weight.dtype != scaled.dtype:
         return fail(role, f"{role} '{value_name(weight)}' is {_dtype_name(weight.dtype)} but "
-                    f"'{value_name(x)}' is {_dtype_name(x.dtype)}")
+                    f"'{value_name(scaled)}' is {_dtype_name(scaled.dtype)}")
     return None
 
 

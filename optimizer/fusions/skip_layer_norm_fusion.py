@@ -14,6 +14,14 @@ fusion then gives up (it wants the Add read only by the LayerNormalization); its
 fusion keeps the sum as SkipLayerNormalization's fourth output, input_skip_bias_sum, and so
 do we: on BERT that is the difference between fusing every encoder LayerNorm and none.
 
+Mixed precision: a LayerNormalization of float16 data with float32 gamma (what LayerNormFusion
+makes of a float16 residual stream normalized in float32) gives float32, and
+SkipLayerNormalization takes one type throughout, so its float16 inputs are cast to float32 in
+front of it, as ONNX Runtime's fusion does: the residual sum is then taken in float32, which
+the chain rounded to float16 first (tests/optimizer/test_ort_fusion_cases.py bounds the
+difference). That sum is float32 too, so when something else reads the float16 sum the fusion
+is a near miss.
+
 As in ONNX Runtime, both residual inputs must be rank 3 with the same shape (the kernel does
 not broadcast) and the bias 1-D with the hidden size. Unlike it, a LayerNormalization over
 any axis but the last is refused (SkipLayerNormalization only normalizes the last one), and
@@ -24,8 +32,20 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank, static_shape, value_name
+from optimizer.match import (
+    MS,
+    attr,
+    const_array,
+    custom_ancestor,
+    describe,
+    is_op,
+    producer,
+    rank,
+    static_shape,
+    value_name,
+)
 from optimizer.rule import Match, Rule, fail
+from optimizer.shape_probe import pinned_shapes
 
 FUSABLE_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
 LAYER_NORM_DEFAULT_EPSILON = 1e-5
@@ -56,8 +76,12 @@ class SkipLayerNormFusion(Rule):
         dtype = ln.inputs[0].dtype
         if dtype is not None and dtype not in FUSABLE_DTYPES:
             return fail("dtype", f"input of {describe(ln)} is {dtype.name.lower()}; {fused} takes float or float16")
+        widen = dtype is not None and gamma.dtype is not None and dtype != gamma.dtype
+        if widen and (dtype, gamma.dtype) != (ir.DataType.FLOAT16, ir.DataType.FLOAT):
+            return fail("dtype", f"{describe(ln)} takes {dtype.name.lower()} input and {gamma.dtype.name.lower()} "
+                        f"gamma; {fused} takes one type, and only float16 input is cast up to float gamma")
 
-        failure = _check_residual(add, fused)
+        failure = _check_residual(graph, add, fused)
         if failure:
             return failure
         x, skip = add.inputs[0], add.inputs[1]
@@ -77,6 +101,9 @@ class SkipLayerNormFusion(Rule):
         outputs = [ln.outputs[0]]
         residual = add.outputs[0]
         keep_sum = residual.is_graph_output() or any(user is not ln for user, _ in residual.uses())
+        if keep_sum and widen:
+            return fail("residual", f"the float16 residual sum '{value_name(residual)}' of {describe(add)} has other "
+                        f"readers, but {fused} on float32 gamma would give it as float32")
         if keep_sum:
             outputs.append(residual)
         return Match(
@@ -87,11 +114,14 @@ class SkipLayerNormFusion(Rule):
                 "inputs": [x, skip, gamma, bias] if simplified else [x, skip, gamma, beta, bias],
                 "epsilon": float(attr(ln, "epsilon", LAYER_NORM_DEFAULT_EPSILON)),
                 "keep_sum": keep_sum,
+                "widen": widen,
             },
         )
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
         inputs = list(match.inputs)
+        if match.widen:  # x, skip and bias in float32, gamma's type; beta already is
+            inputs = [_to_float(op, v) if i in (0, 1, len(inputs) - 1) else v for i, v in enumerate(inputs)]
         while inputs[-1] is None:  # optional trailing inputs are left out, not passed empty
             inputs.pop()
         if not match.keep_sum:
@@ -102,23 +132,41 @@ class SkipLayerNormFusion(Rule):
         return [outputs[0], outputs[3]]
 
 
-def _check_residual(add: ir.Node, fused: str):
+def _to_float(op: ir.tape.Tape, value: ir.Value | None) -> ir.Value | None:
+    if value is None or value.dtype != ir.DataType.FLOAT16:
+        return value
+    cast = op.op("Cast", [value], attributes={"to": int(ir.DataType.FLOAT)})
+    cast.dtype = ir.DataType.FLOAT
+    cast.shape = None if value.shape is None else ir.Shape(list(value.shape))
+    return cast
+
+
+def _check_residual(graph: ir.Graph, add: ir.Node, fused: str):
     """Both residual inputs rank 3 with equal shapes: ONNX Runtime's SkipLayerNorm kernel doesn't broadcast."""
     shapes = []
     for value in add.inputs:
         value_rank = rank(value)
         if value_rank != 3:
             shown = "unknown rank" if value_rank is None else f"rank-{value_rank}"
-            return fail("residual", f"residual {describe(add)} has {shown} input '{value_name(value)}'; "
-                        f"{fused} needs rank 3 (batch, sequence, hidden)")
+            barrier = custom_ancestor(value)
+            why = (f" (shapes are lost at custom op {describe(barrier)}, which shape inference cannot see "
+                   "through; the model's value_info can declare its output's shape)"
+                   ) if value_rank is None and barrier is not None else ""
+            return fail("residual", f"residual {describe(add)} has {shown} input '{value_name(value)}'{why}; "
+                        f"{fused} needs rank 3 (batch, sequence, hidden)", barrier)
         shapes.append(value.shape if value.shape is not None else static_shape(value))
-    for a, b in zip(shapes[0], shapes[1], strict=True):
-        # Differently named dimensions may differ at run time (one may be 1), so, as in ONNX
-        # Runtime, each dimension must be the same number or the same name.
-        if str(a) != str(b) or (a is None or b is None):
-            return fail("residual", f"inputs of residual {describe(add)} have shapes {_dims(shapes[0])} and "
-                        f"{_dims(shapes[1])}; {fused} does not broadcast")
-    return None
+    if all(str(a) == str(b) and a is not None for a, b in zip(shapes[0], shapes[1], strict=True)):
+        return None
+    # Differently named dimensions may differ at run time (one may be 1), so, as in ONNX Runtime,
+    # each dimension must be the same number or the same name, or, where an export names one size
+    # twice (TorchScript's GPT-2: the batch of the attention output and of the embeddings), be the
+    # same number in the graph inferred at two sets of input sizes (shape_probe).
+    first, second = pinned_shapes(graph, add.inputs[0])
+    pinned = [(first.get(v.name), second.get(v.name)) for v in add.inputs]
+    if None not in pinned[0] + pinned[1] and pinned[0] == pinned[1]:
+        return None
+    return fail("residual", f"inputs of residual {describe(add)} have shapes {_dims(shapes[0])} and "
+                f"{_dims(shapes[1])}; {fused} does not broadcast")
 
 
 def _split_bias(value: ir.Value):

@@ -83,6 +83,9 @@ class LayerNormalization(Kernel):
     opset: the op began as an ORT contrib op that (by its own admission, "incorrectly") used the
     ONNX domain, so its CPU kernel is registered in kOnnxDomain for versions 1-16 as well as 17+.
     An optimized opset-14 model therefore contains this op, and registering at 1 lets us run it.
+    That since-1 op types X apart from Scale, B and Y (ONNX Runtime's T and V): Y takes Scale's
+    dtype, so a float16 X with float32 weights gives float32 (what LayerNormFusion emits when it
+    absorbs the Casts of a mixed-precision LayerNorm). From opset 17 all four share one type.
     """
 
     op_type = "LayerNormalization"
@@ -96,9 +99,15 @@ class LayerNormalization(Kernel):
         self.stash = ir.DataType(stash).numpy()
         self.want_mean = _output_wanted(node, 1)
         self.want_inv_std = _output_wanted(node, 2)
+        self.one_type = opset >= 17
 
     def run(self, x, scale, bias=None):
         xp = self.xp
+        if self.one_type and x.dtype != scale.dtype:
+            raise ValueError(
+                f"LayerNormalization '{self.node.name}': X is {x.dtype} but Scale is {scale.dtype}; "
+                "from opset 17 they share one type"
+            )
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
         if self._compiled_fits(x, scale, bias, axis):
             return self._normalize_compiled(x, scale, bias)
@@ -115,7 +124,7 @@ class LayerNormalization(Kernel):
         y *= scale.astype(y.dtype, copy=False)
         if bias is not None:
             y += bias.astype(y.dtype, copy=False)
-        outputs = [y.astype(x.dtype, copy=False)]
+        outputs = [y.astype(scale.dtype, copy=False)]
         if self.want_mean or self.want_inv_std:
             outputs += [mean, inv_std]
         return tuple(outputs)

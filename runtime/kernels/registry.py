@@ -15,8 +15,10 @@ from runtime.kernels import (
     col2im,
     contrib_activation,
     contrib_attention,
+    contrib_group_query_attention,
     contrib_linear,
     contrib_normalization,
+    contrib_rotary_embedding,
     control_flow,
     conv,
     conv_nhwc,
@@ -65,6 +67,8 @@ FAMILIES: list = [
     contrib_activation,
     contrib_normalization,
     contrib_attention,
+    contrib_group_query_attention,
+    contrib_rotary_embedding,
     contrib_linear,
 ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import cache
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from optimizer import rules_for_level
@@ -20,6 +21,7 @@ from service.models import Alert, Commit, Model, Result
 from service.protocol import Protocol
 
 NEAR_MISSES_QUOTED = 3
+FUSION_KINDS = ("fusion-regression", "fusion-change")
 
 
 @cache
@@ -82,6 +84,8 @@ def detect(
     against = f"at commit {commit.sha[:12]} against baseline {baseline_commit.sha[:12]}"
     common |= dict(baseline_commit_id=baseline_commit.id, baseline_result_id=baseline.id)
     drops, rises = [], []
+    if _fusions_already_reported(session, result):
+        return alerts + _timing(session, result, common, where, protocol)
     for op in sorted(set(baseline.fusions) | set(result.fusions)):
         before, after = baseline.fusions.get(op, 0), result.fusions.get(op, 0)
         change = {"op": op, "rule": rule_for_op().get(op), "before": before, "after": after,
@@ -112,9 +116,23 @@ def detect(
     if rises:
         parts = [f"{c['rule'] or c['op']}: {c['op']} {c['before']} → {c['after']}" for c in rises]
         alerts.append(_fusion_alert("fusion-change", rises, f"{'; '.join(parts)} for {where} {against}", [], common))
+    return alerts + _timing(session, result, common, where, protocol)
+
+
+def _timing(session: Session, result: Result, common: dict, where: str, protocol: Protocol) -> list[Alert]:
     timing_common = {k: v for k, v in common.items() if k not in ("baseline_commit_id", "baseline_result_id")}
-    alerts.extend(timing_alerts.evaluate(session, result, timing_common, where, protocol.timing_threshold_pct))
-    return alerts
+    return timing_alerts.evaluate(session, result, timing_common, where, protocol.timing_threshold_pct)
+
+
+def _fusions_already_reported(session: Session, result: Result) -> bool:
+    """A re-measurement of a commit (service/alerts/remeasure.py) counts the same fusions as the first
+    measurement did: the fusion alerts that one raised are not raised twice."""
+    earlier = select(Result.id).where(
+        Result.commit_id == result.commit_id, Result.fingerprint == result.fingerprint, Result.id != result.id
+    )
+    return session.scalar(
+        select(Alert.id).where(Alert.kind.in_(FUSION_KINDS), Alert.result_id.in_(earlier)).limit(1)
+    ) is not None
 
 
 def _fusion_alert(kind: str, changes: list[dict], message: str, misses: list[dict], common: dict) -> Alert:

@@ -19,7 +19,7 @@ class Run(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("project.id", ondelete="CASCADE"), index=True)
     commit_id: Mapped[int] = mapped_column(ForeignKey("commit.id", ondelete="CASCADE"), index=True)
-    trigger: Mapped[str] = mapped_column(String(32))  # upload, ci, github, results
+    trigger: Mapped[str] = mapped_column(String(32))  # upload, ci, github, results, remeasure
     state: Mapped[str] = mapped_column(String(16), default="running")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -14,6 +14,8 @@ from service.models import Alert, Commit, Job, Model, Project, Run
 from service.models.base import utc_now
 from service.protocol import protocol_for
 
+# A run holding one re-measurement of a commit whose timing alert is suspected (service/alerts/remeasure.py).
+REMEASURE_TRIGGER = "remeasure"
 # Alerts that make a run's verdict "regression"; fusion-change (counts rose) is information.
 REGRESSION_KINDS = ("fusion-regression", "timing-regression", "numeric-mismatch")
 
@@ -58,14 +60,30 @@ def record_only_run(session: Session, project: Project, commit: Commit, trigger:
 
 
 def finish_if_complete(session: Session, run_id: int) -> None:
-    pending = session.scalar(
-        select(func.count()).select_from(Job).where(Job.run_id == run_id, Job.state.in_(("queued", "running")))
-    )
+    """Done (or failed) once none of its jobs is queued or running, nor a re-measurement of its commit
+    (service/alerts/remeasure.py): a suspected timing alert's confirmation is part of the verdict a CI
+    step waits for. A re-measurement that ends lets the commit's other runs end too."""
     run = session.get(Run, run_id)
-    if run is not None and not pending and run.state == "running":
-        failed = session.scalar(select(func.count()).select_from(Job).where(Job.run_id == run_id, Job.state == "failed"))
-        run.state = "failed" if failed else "done"
-        run.finished_at = utc_now()
+    if run is None or run.state != "running":
+        return
+    pending = select(func.count()).select_from(Job).where(Job.state.in_(("queued", "running")))
+    if session.scalar(pending.where(Job.run_id == run_id)):
+        return
+    remeasuring = pending.join(Run, Run.id == Job.run_id).where(
+        Run.commit_id == run.commit_id, Run.trigger == REMEASURE_TRIGGER, Run.id != run_id
+    )
+    if run.trigger != REMEASURE_TRIGGER and session.scalar(remeasuring):
+        return
+    failed = session.scalar(select(func.count()).select_from(Job).where(Job.run_id == run_id, Job.state == "failed"))
+    run.state = "failed" if failed else "done"
+    run.finished_at = utc_now()
+    if run.trigger == REMEASURE_TRIGGER:
+        session.flush()
+        waiting = session.scalars(
+            select(Run.id).where(Run.commit_id == run.commit_id, Run.state == "running", Run.id != run_id)
+        ).all()
+        for other in waiting:
+            finish_if_complete(session, other)
 
 
 @dataclass

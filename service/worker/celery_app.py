@@ -68,7 +68,7 @@ def _run_job(task, job_id: int) -> str:
                 return f"job {job_id}: taken by another worker"
         execute_job(
             session_factory, job_id, ModelStore(settings.data_dir), load_limits(),
-            describe_machine(settings.machine_class), load_custom_ops(settings.custom_ops),
+            describe_machine(settings.machine_class), load_custom_ops(settings.custom_ops), task.app.conf.broker_url,
         )
         return f"job {job_id}: done"
     finally:

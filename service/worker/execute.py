@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from optimizer import LoadLimits, ModelLoadError
 from service import queue
 from service.alerts.delivery import deliver
+from service.alerts.remeasure import remeasure_job
 from service.engines import EngineError
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.measure import measure
@@ -30,9 +31,12 @@ def execute_job(
     limits: LoadLimits,
     machine: dict,
     custom_ops: CustomOps = NO_CUSTOM_OPS,
+    broker_url: str | None = None,
 ) -> None:
     """Measure a job the caller has claimed. A model that cannot be loaded or run fails the job at once
-    (retrying would fail the same way); a crash or a kill of this process is the caller's to retry."""
+    (retrying would fail the same way); a crash or a kill of this process is the caller's to retry.
+    A suspected timing alert queues its re-measurement (service/alerts/remeasure.py), sent to
+    `broker_url` when jobs go through Celery."""
     with session_factory() as session:
         job = session.get(Job, job_id)
         if session.scalar(select(Result.id).where(Result.job_id == job_id)) is not None:
@@ -62,9 +66,11 @@ def execute_job(
             session, session.get(Run, job.run_id), session.get(Model, job.model_id), measurement, machine_row,
             job_id=job.id, model_file_id=job.model_file_id,
         )
+        again = remeasure_job(session, result, alerts)  # first: the run then waits for it
         queue.finish(session, job)
         session.commit()
         alert_ids = [a.id for a in alerts]
+    queue.dispatch([again] if again else [], broker_url)
     log.info("job done", extra={"job_id": job_id, "seconds": round(time.perf_counter() - started, 3), "alerts": len(alert_ids)})
     deliver(session_factory, alert_ids)
 

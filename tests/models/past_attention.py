@@ -18,10 +18,12 @@ HEAD = HIDDEN // HEADS
 INT_MAX = np.iinfo(np.int64).max
 
 
-def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, padding=True, opset=13) -> onnx.ModelProto:
+def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, padding=True, key_layout="transposed",
+                        opset=13) -> onnx.ModelProto:
     """buffer: "causal" (lower triangle), "ones" (a bidirectional model), "upper" (not a mask
     Attention has); past_first=False concatenates the new keys before the past; present=False
-    leaves the present out."""
+    leaves the present out; key_layout="heads" concatenates K as [B, N, T, H] and transposes after
+    (the form onnxruntime's transpose optimizer leaves), instead of concatenating Kᵀ."""
     rng = np.random.default_rng(11)
 
     def init(name, array):
@@ -54,14 +56,25 @@ def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, paddi
         helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="/attn/Split", axis=2),
         *(helper.make_node("Reshape", [p, "split_heads"], [f"{p}_4d"], name=f"/attn/{p}/Reshape") for p in "qkv"),
         helper.make_node("Transpose", ["q_4d"], ["q_t"], name="/attn/q/Transpose", perm=[0, 2, 1, 3]),
-        helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose", perm=[0, 2, 3, 1]),
+        helper.make_node("Transpose", ["k_4d"], ["k_t"], name="/attn/k/Transpose",
+                         perm=[0, 2, 3, 1] if key_layout == "transposed" else [0, 2, 1, 3]),
         helper.make_node("Transpose", ["v_4d"], ["v_t"], name="/attn/v/Transpose", perm=[0, 2, 1, 3]),
         # the past: key stored [B, N, P, H], concatenated as Kᵀ; value as it is
         helper.make_node("Gather", ["past", "zero"], ["past_k"], name="/attn/past/GatherK", axis=0),
-        helper.make_node("Transpose", ["past_k"], ["past_kt"], name="/attn/past/TransposeK", perm=[0, 1, 3, 2]),
         helper.make_node("Gather", ["past", "one"], ["past_v"], name="/attn/past/GatherV", axis=0),
-        concat("past_kt", "k_t", "key_t", -1, "/attn/ConcatK"),
         concat("past_v", "v_t", "value", -2, "/attn/ConcatV"),
+    ]
+    if key_layout == "transposed":
+        nodes += [
+            helper.make_node("Transpose", ["past_k"], ["past_kt"], name="/attn/past/TransposeK", perm=[0, 1, 3, 2]),
+            concat("past_kt", "k_t", "key_t", -1, "/attn/ConcatK"),
+        ]
+    else:
+        nodes += [
+            concat("past_k", "k_t", "key", -2, "/attn/ConcatK"),
+            helper.make_node("Transpose", ["key"], ["key_t"], name="/attn/k/TransposeT", perm=[0, 1, 3, 2]),
+        ]
+    nodes += [
         helper.make_node("MatMul", ["q_t", "key_t"], ["qk"], name="/attn/MatMul"),
         helper.make_node("Div", ["qk", "sqrt_head"], ["scores"], name="/attn/Div"),
         # causal: rows T-S..T and columns 0..T of the triangle, S and T read from the scores
@@ -98,8 +111,10 @@ def gpt2_past_attention(*, buffer="causal", past_first=True, present=True, paddi
     ]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN])]
     if present:
+        if key_layout == "transposed":
+            nodes.append(helper.make_node("Transpose", ["key_t"], ["key"], name="/attn/present/TransposeK",
+                                          perm=[0, 1, 3, 2]))
         nodes += [
-            helper.make_node("Transpose", ["key_t"], ["key"], name="/attn/present/TransposeK", perm=[0, 1, 3, 2]),
             helper.make_node("Unsqueeze", ["key", "axis0"], ["present_k"], name="/attn/present/UnsqueezeK"),
             helper.make_node("Unsqueeze", ["value", "axis0"], ["present_v"], name="/attn/present/UnsqueezeV"),
             helper.make_node("Concat", ["present_k", "present_v"], ["present"], name="/attn/present/Concat", axis=0),
@@ -126,3 +141,66 @@ def past_feeds(model: onnx.ModelProto, batch: int, past: int, seq: int, seed: in
         else:
             raise AssertionError(f"past_feeds has no rule for input '{value.name}'")
     return feeds
+
+
+def hf_past_attention() -> onnx.ModelProto:
+    """The cache as Hugging Face models take it today: a past_key and a past_value [B, N, P, H]
+    per layer, the new key/value concatenated onto them (the results are the present outputs), and
+    the mask the exporter computes as an additive [B, 1, S, P+S] bias (here an input)."""
+    rng = np.random.default_rng(12)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((HIDDEN, 3 * HIDDEN)) * 0.3).astype(np.float32), "w_qkv"),
+        numpy_helper.from_array((rng.standard_normal(3 * HIDDEN) * 0.1).astype(np.float32), "b_qkv"),
+        numpy_helper.from_array(np.array([HIDDEN] * 3, np.int64), "qkv_sizes"),
+        numpy_helper.from_array(np.array([0, 0, HEADS, HEAD], np.int64), "split_heads"),
+        numpy_helper.from_array(np.array([0, 0, HIDDEN], np.int64), "merge_heads"),
+        numpy_helper.from_array(np.array(np.sqrt(HEAD), np.float32), "sqrt_head"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_qkv"], ["qkv_mm"], name="/attn/c_attn/MatMul"),
+        helper.make_node("Add", ["qkv_mm", "b_qkv"], ["qkv"], name="/attn/c_attn/Add"),
+        helper.make_node("Split", ["qkv", "qkv_sizes"], ["q", "k", "v"], name="/attn/Split", axis=2),
+        *(helper.make_node("Reshape", [p, "split_heads"], [f"{p}_4d"], name=f"/attn/{p}/Reshape") for p in "qkv"),
+        *(helper.make_node("Transpose", [f"{p}_4d"], [f"{p}_t"], name=f"/attn/{p}/Transpose", perm=[0, 2, 1, 3])
+          for p in "qkv"),
+        helper.make_node("Concat", ["past_key", "k_t"], ["present_key"], name="/attn/cache/ConcatK", axis=-2),
+        helper.make_node("Concat", ["past_value", "v_t"], ["present_value"], name="/attn/cache/ConcatV", axis=-2),
+        helper.make_node("Transpose", ["present_key"], ["key_t"], name="/attn/k/TransposeT", perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q_t", "key_t"], ["qk"], name="/attn/MatMul"),
+        helper.make_node("Div", ["qk", "sqrt_head"], ["scores"], name="/attn/Div"),
+        helper.make_node("Add", ["scores", "attention_bias"], ["masked"], name="/attn/Add"),
+        helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "present_value"], ["context"], name="/attn/MatMul_1"),
+        helper.make_node("Transpose", ["context"], ["context_t"], name="/attn/Transpose_out", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["context_t", "merge_heads"], ["y"], name="/attn/Reshape_out"),
+    ]
+    past = ["batch", HEADS, "past_seq", HEAD]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
+        helper.make_tensor_value_info("past_key", TensorProto.FLOAT, past),
+        helper.make_tensor_value_info("past_value", TensorProto.FLOAT, past),
+        helper.make_tensor_value_info("attention_bias", TensorProto.FLOAT, ["batch", 1, "seq", "total_seq"]),
+    ]
+    present = ["batch", HEADS, "total_seq", HEAD]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
+               helper.make_tensor_value_info("present_key", TensorProto.FLOAT, present),
+               helper.make_tensor_value_info("present_value", TensorProto.FLOAT, present)]
+    graph = helper.make_graph(nodes, "hf_past_attention", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def hf_past_feeds(batch: int, past: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Feeds for hf_past_attention: a causal bias over past + new keys; in the last row the first
+    key is padding (left-padded), when there is a past to pad."""
+    rng = np.random.default_rng(seed)
+    total = past + seq
+    visible = np.broadcast_to(np.arange(total)[None, :] <= past + np.arange(seq)[:, None], (batch, 1, seq, total)).copy()
+    if past:
+        visible[-1, :, :, 0] = False
+    bias = np.where(visible, 0.0, -1e9).astype(np.float32)
+    return {
+        "x": rng.standard_normal((batch, seq, HIDDEN)).astype(np.float32),
+        "past_key": rng.standard_normal((batch, HEADS, past, HEAD)).astype(np.float32),
+        "past_value": rng.standard_normal((batch, HEADS, past, HEAD)).astype(np.float32),
+        "attention_bias": bias,
+    }

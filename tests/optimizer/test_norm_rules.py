@@ -94,6 +94,86 @@ def test_layer_norm_near_misses(kwargs, message):
     assert_same_outputs(model, optimized)
 
 
+# --- mixed precision: float16 data normalized in float32 (Apex O2, float16 exports) ------------
+
+
+def _float16_inputs(model: onnx.ModelProto, names=("x",), cast=True) -> onnx.ModelProto:
+    """The graph inputs `names` become float16; with `cast`, each is Cast to float before its readers."""
+    for value in model.graph.input:
+        if value.name in names:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    if cast:
+        for node in model.graph.node:
+            for i, name in enumerate(node.input):
+                if name in names:
+                    node.input[i] = f"{name}/float"
+        nodes = [onnx.helper.make_node("Cast", [n], [f"{n}/float"], name=f"/cast/{n}", to=TensorProto.FLOAT) for n in names]
+        nodes += list(model.graph.node)
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return model
+
+
+def _grid_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Multiples of 1/64 in +-4: float16 sums of them are exact, so float16 and float32 agree."""
+    feeds = fixture_feeds(model, seed=seed)
+    return {k: (np.round(v.astype(np.float32) * 16) / 64).astype(v.dtype) for k, v in feeds.items()}
+
+
+def test_layer_norm_absorbs_the_cast_of_float16_data_below_opset_17():
+    # ONNX Runtime's since-1 LayerNormalization takes float16 X with float32 gamma and beta and
+    # gives float32, computed in float32 as the chain behind the Cast computes it: fp32 tolerance.
+    model = _float16_inputs(patterns.layer_norm(opset=14))
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"LayerNormalization": 1}
+    assert list(_node(optimized, "LayerNormalization").input) == ["x", "/ln/gamma", "/ln/beta"]
+    assert_same_outputs(model, optimized)
+
+
+@pytest.mark.parametrize(
+    "model, step, message",
+    [
+        (lambda: _float16_inputs(patterns.layer_norm(opset=17)), "dtype",
+         "LayerNormFusion at /ln/ReduceMean: input 'x' is float16 but gamma '/ln/gamma' is float; "
+         "LayerNormalization takes one type throughout from opset 17 (this model imports 17)"),
+        # The fused op computes in float32: a chain that squares in double would lose precision.
+        (lambda: patterns.layer_norm(opset=14, cast_after_sub=TensorProto.DOUBLE), "cast",
+         "LayerNormFusion at /ln/ReduceMean: Cast '/ln/Cast' inside the pattern changes dtype from float to double; "
+         "only Casts between float16 and float are absorbed, since the fused op computes in float"),
+    ],
+    ids=["float16-x-float-gamma-opset-17", "cast-to-double"],
+)
+def test_layer_norm_mixed_precision_near_misses(model, step, message):
+    _, report = _optimize(model())
+    assert report.ops_after.get("LayerNormalization", 0) == 0
+    assert [m.message for m in report.explain("LayerNormFusion") if m.step == step] == [message]
+
+
+def test_skip_layer_norm_casts_a_float16_residual_stream_up_to_float_gamma():
+    # float16 x and skip, LayerNormalization (since 1) with float32 gamma: SkipLayerNormalization
+    # takes one type, so x and skip are cast to float32 in front of it, as ONNX Runtime's fusion does.
+    model = _float16_inputs(patterns.skip_layer_norm(opset=14), names=("x", "skip"), cast=False)
+    optimized, report = _optimize(model)
+    assert report.ops_after == {"Cast": 2, "com.microsoft.SkipLayerNormalization": 1}
+    node = _node(optimized, "SkipLayerNormalization")
+    casts = {n.output[0]: n.input[0] for n in optimized.graph.node if n.op_type == "Cast"}
+    assert [casts.get(name, name) for name in node.input] == ["x", "skip", "/ln/gamma", "/ln/beta"]
+    # The chain rounds x + skip to float16, the fused op adds in float32: on grid inputs both exact.
+    assert_same_outputs(model, optimized, _grid_feeds(model))
+
+
+def test_skip_layer_norm_of_a_float16_sum_read_elsewhere_is_a_near_miss():
+    model = _float16_inputs(patterns.skip_layer_norm(opset=14, extra_outputs=("/ln/residual",)),
+                            names=("x", "skip"), cast=False)
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.FLOAT16
+    _, report = _optimize(model)
+    assert report.ops_after == {"Add": 1, "LayerNormalization": 1}
+    assert [m.message for m in report.explain("SkipLayerNormFusion")] == [
+        "SkipLayerNormFusion at /ln: the float16 residual sum '/ln/residual' of Add '/ln/ResidualAdd' has other "
+        "readers, but SkipLayerNormalization on float32 gamma would give it as float32"
+    ]
+
+
 # --- SimplifiedLayerNormFusion ----------------------------------------------------------------
 
 
@@ -247,6 +327,21 @@ def test_embed_layer_norm_fuses_sliced_position_ids():
     assert_same_outputs(model, optimized, fixture_feeds(model, **EMBED_FEEDS))
 
 
+def test_embed_layer_norm_of_a_float16_gamma_is_a_near_miss():
+    # A LayerNorm with float16 gamma returns float16 (LayerNormFusion's mixed-precision form);
+    # EmbedLayerNormalization returns float.
+    model = patterns.embed_layer_norm(position="constant")
+    for init in model.graph.initializer:
+        if init.name == "/emb/ln/gamma":
+            init.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(init).astype(np.float16), init.name))
+    _, report = _optimize(model)
+    assert report.ops_after.get("com.microsoft.EmbedLayerNormalization", 0) == 0
+    assert _messages(report, "EmbedLayerNormFusion") == [
+        "EmbedLayerNormFusion at /emb/LayerNorm: gamma '/emb/ln/gamma' of LayerNormalization '/emb/LayerNorm' "
+        "is float16; the fusion handles float"
+    ]
+
+
 def test_embed_layer_norm_drops_constant_default_positions():
     model = patterns.embed_layer_norm(position="constant")
     optimized, report = _optimize(model)
@@ -361,7 +456,7 @@ FIXTURE_COUNTS = {
     "bert_torchscript_opset14": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
     "bert_eager_torchscript_opset14": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
     "bert_dynamo_opset20": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
-    "gpt2_torchscript_opset14": {"LayerNormalization": 2, "SkipLayerNormalization": 2, "EmbedLayerNormalization": 1},
+    "gpt2_torchscript_opset14": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
     "gpt2_dynamo_opset20": {"LayerNormalization": 0, "SkipLayerNormalization": 4, "EmbedLayerNormalization": 1},
     # Batch 1, sequence 16. The pinned file's residual Adds join [1, 16, 64] with a batch that
     # shape inference first names unk__0; folding its shape arithmetic proves it is 1.
@@ -484,3 +579,33 @@ def test_llama_rms_norm_forms_fuse(divide, cast):
     [norm] = [n for n in optimized.graph.node if n.op_type == "SimplifiedLayerNormalization"]
     assert norm.input[0] == "x"
     assert_same_outputs(model, optimized)
+
+
+def test_skip_layer_norm_after_a_custom_op_names_the_op_where_the_shape_was_lost():
+    # A custom op's output shape is unknown to inference (and to us), so the residual's rank is
+    # not proven; the near miss names the op, as a fusion barrier, instead of "unknown rank" alone.
+    model = patterns.skip_layer_norm()
+    graph = model.graph
+    graph.node.insert(0, onnx.helper.make_node("Scale", ["skip"], ["skip_scaled"], name="/custom/Scale", domain="my.ops"))
+    graph.node[1].input[1] = "skip_scaled"
+    model.opset_import.append(onnx.helper.make_opsetid("my.ops", 1))
+    _, report = _optimize(model)
+    assert "com.microsoft.SkipLayerNormalization" not in report.ops_after
+    [miss] = report.explain("SkipLayerNormFusion")
+    assert miss.barrier == "my.ops.Scale"
+    assert miss.reason == (
+        "residual Add '/ln/ResidualAdd' has unknown rank input 'skip_scaled' (shapes are lost at custom op "
+        "my.ops.Scale '/custom/Scale' (custom op, a fusion barrier), which shape inference cannot see through; "
+        "the model's value_info can declare its output's shape); SkipLayerNormalization needs rank 3 "
+        "(batch, sequence, hidden)")
+    # the evidence it asks for: the custom op's output shape, declared
+    graph.value_info.append(onnx.helper.make_tensor_value_info("skip_scaled", onnx.TensorProto.FLOAT, patterns.NORM_SHAPE))
+    assert _optimize(model)[1].fusions == {"com.microsoft.SkipLayerNormalization": 1}
+
+
+def test_skip_layer_norm_where_an_export_names_one_batch_twice():
+    # TorchScript's GPT-2: the attention output's batch and the embeddings' are differently named
+    # unk__ dimensions; inferred with the inputs pinned to two sets of sizes they are one number.
+    report = optimize(str(MODELS / "gpt2_torchscript_opset14.onnx"), "extended").report
+    assert report.fusions["com.microsoft.SkipLayerNormalization"] == 4
+    assert report.explain("SkipLayerNormFusion") == []

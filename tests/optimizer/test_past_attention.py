@@ -12,7 +12,7 @@ import pytest
 
 import runtime
 from optimizer import optimize
-from tests.models.past_attention import gpt2_past_attention, past_feeds
+from tests.models.past_attention import gpt2_past_attention, hf_past_attention, hf_past_feeds, past_feeds
 from tests.oracle import ATOL, RTOL, assert_same_outputs, run_onnxruntime
 
 # (past, new) positions: a prompt after a past, a first prompt, one generated token
@@ -51,6 +51,7 @@ VARIANTS = {
     "ones": {"buffer": "ones"},
     "no_present": {"present": False},
     "no_padding": {"padding": False},
+    "key_in_heads": {"key_layout": "heads"},
 }
 
 
@@ -59,6 +60,7 @@ VARIANTS = {
 def test_every_level_matches_onnxruntime_in_onnxruntime_and_in_our_executor(variant, level):
     model = gpt2_past_attention(**VARIANTS[variant])
     optimized = optimize(model, level)
+    assert optimized.report.fusions == ({} if level == "basic" else {"com.microsoft.Attention": 1})
     session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
     names = [o.name for o in model.graph.output]
     for past, new in STEPS:
@@ -81,3 +83,26 @@ def test_a_past_attention_cannot_take_says_why(variant, step, reason):
     assert "com.microsoft.Attention" not in report.fusions
     [miss] = report.explain("AttentionFusion")
     assert miss.step == step and reason in miss.reason, miss.reason
+
+
+@pytest.mark.parametrize("level", ["extended", "all"])
+def test_a_hugging_face_cache_goes_into_multi_head_attention(level):
+    # past_key / past_value [B, N, P, H] per layer: the Concats onto them go into the fused op, as
+    # its past_key / past_value inputs and present_key / present_value outputs; the new K and V
+    # enter as the [B, S, hidden] they were split into heads from.
+    model = hf_past_attention()
+    optimized = optimize(model, level)
+    assert optimized.report.fusions == {"com.microsoft.MultiHeadAttention": 1}
+    assert "Concat" not in optimized.report.ops_after
+    [node] = [n for n in optimized.model.graph if n.op_type == "MultiHeadAttention"]
+    assert [v.name for v in node.inputs[1:3]] == ["k", "v"]
+    assert [v.name for v in node.inputs[6:8]] == ["past_key", "past_value"]
+    assert [v.name for v in node.outputs[1:]] == ["present_key", "present_value"]
+    session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
+    names = [o.name for o in model.graph.output]
+    for past, new in STEPS:
+        feeds = hf_past_feeds(batch=2, past=past, seq=new)
+        assert_same_outputs(model, optimized, feeds)
+        expected = run_onnxruntime(model, feeds)
+        for name, got in zip(names, session.run(None, feeds), strict=True):
+            np.testing.assert_allclose(got, expected[name], rtol=RTOL, atol=ATOL, err_msg=f"{name}, past {past}")

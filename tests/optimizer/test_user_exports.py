@@ -25,14 +25,16 @@ EXTENDED: dict[str, dict[str, int]] = {
     "roberta_notype_torchscript_opset14.onnx": BERT,
     # The key/value cache becomes Attention's present output, split back into present_*.
     "gpt2_cache_torchscript_opset14.onnx": {
-        "LayerNormalization": 2, "Reshape": 1, f"{MS}Attention": 2, f"{MS}EmbedLayerNormalization": 1,
-        f"{MS}FastGelu": 2, f"{MS}SkipLayerNormalization": 2,
+        "Reshape": 1, f"{MS}Attention": 2, f"{MS}EmbedLayerNormalization": 1, f"{MS}FastGelu": 2,
+        f"{MS}SkipLayerNormalization": 4,
     },
-    # Q and K pass the rotary embedding and K/V the grouped-query repeat after their projections:
-    # attention fuses as MultiHeadAttention on the heads. TorchScript's export leaves the number of
-    # heads symbolic (view(batch, seq, -1, head_size)); inference at pinned sizes proves it.
-    "llama_torchscript_opset14.onnx": {**LLAMA, "Reshape": 6, f"{MS}MultiHeadAttention": 2},
-    "llama_dynamo_opset20.onnx": {**LLAMA, f"{MS}MultiHeadAttention": 2},
+    # Q and K pass the rotary embedding (fused: one RotaryEmbedding per Q and K per layer) and K/V
+    # the grouped-query repeat after their projections: attention fuses as MultiHeadAttention on
+    # the heads, which becomes GroupQueryAttention on the un-repeated K/V. TorchScript's export
+    # leaves the number of heads symbolic (view(batch, seq, -1, head_size)); inference at pinned
+    # sizes proves it.
+    "llama_torchscript_opset14.onnx": {**LLAMA, "Reshape": 6, f"{MS}GroupQueryAttention": 2, f"{MS}RotaryEmbedding": 4},
+    "llama_dynamo_opset20.onnx": {**LLAMA, f"{MS}GroupQueryAttention": 2, f"{MS}RotaryEmbedding": 4},
     # opset 23: the exporter's own Attention, RMSNormalization and RotaryEmbedding stay; the
     # rules around them fire on both forms.
     "llama_dynamo_opset23.onnx": {f"{MS}SkipSimplifiedLayerNormalization": 4, f"{MS}QuickGelu": 2},

@@ -29,6 +29,7 @@ RTOL, ATOL = 1e-3, 1e-4
 OPSETS = {"": 17, MS: 1}
 _NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float16): TensorProto.FLOAT16,
     np.dtype(np.int32): TensorProto.INT32,
     np.dtype(np.int64): TensorProto.INT64,
 }
@@ -696,6 +697,26 @@ def test_skip_normalizations_take_the_compiled_loop(op, x_shape, skip_shape, loo
         outputs = [("Y", F), ("", F), ("inv_std_var", F), ("input_skip_bias_sum", F)]
     check(op, inputs, outputs=outputs, epsilon=1e-5)
     assert loop_calls == {"skip_layer_norm_rows": 1}
+
+
+def test_skip_layer_normalization_float16_takes_float32_statistics():
+    # ONNX Runtime's float16 kernel sums and normalizes in float32 and rounds the output (and the
+    # sum) to float16 once; so do we. Both round the same float32 results, so they differ by at
+    # most one float16 ulp (2^-10 relative, ~1e-3) where the float32 values straddle a rounding
+    # boundary: rtol 2e-3, atol 2e-3 for the outputs near zero. In float16 throughout, the
+    # variance of these 768-wide rows at 30 +- 3 loses its digits and the check fails.
+    h = np.float16
+    inputs = {
+        "input": (rand(2, 4, 768, scale=3) + 30).astype(h),
+        "skip": rand(2, 4, 768, seed=1).astype(h),
+        "gamma": rand(768, seed=2).astype(h),
+        "beta": rand(768, seed=3).astype(h),
+        "bias": rand(768, seed=4).astype(h),
+    }
+    half = TensorProto.FLOAT16
+    outputs = [("Y", half), ("mean", F), ("inv_std_var", F), ("input_skip_bias_sum", half)]
+    ours = check("SkipLayerNormalization", inputs, outputs=outputs, rtol=2e-3, atol=2e-3, epsilon=1e-5)
+    assert [a.dtype for a in ours] == [h, np.float32, np.float32, h]
 
 
 def test_skip_layer_normalization_falls_back_on_strided_input(loop_calls):

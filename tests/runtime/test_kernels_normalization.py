@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from runtime.kernels import normalization
-from tests.runtime.node_cases import assert_same_as_onnxruntime, node_case_test
+from tests.runtime.node_cases import (
+    assert_same_as_onnxruntime,
+    node_case_test,
+    one_node_model,
+    run_kernel,
+    run_onnxruntime,
+)
 
 test_node_case = node_case_test(normalization.KERNELS)
 
@@ -45,6 +51,25 @@ def test_layer_normalization_last_axis_compiled_loop_with_statistics_outputs(wit
 def test_layer_normalization_float16_uses_float32_statistics():
     x, scale, bias = (a.astype(np.float16) for a in (_normal(2, 64) * 30, _normal(64), _normal(64)))
     assert_same_as_onnxruntime("LayerNormalization", [x, scale, bias], opset=17, rtol=1e-2, atol=1e-2)
+
+
+def test_layer_normalization_below_opset_17_gives_scales_type():
+    # ORT's since-1 op types X apart from Scale/B/Y: float16 data with float32 weights gives
+    # float32, what LayerNormFusion emits for a float16 stream normalized in float32 (Apex O2).
+    # The statistics are float32 on both sides, so the fp32 tolerance holds.
+    x = (_normal(2, 3, 64) * 4).astype(np.float16)
+    scale, bias = _normal(64), _normal(64)
+    model = one_node_model("LayerNormalization", [x, scale, bias], 12, epsilon=1e-5)
+    [ours], [theirs] = run_kernel(model, [x, scale, bias]), run_onnxruntime(model, [x, scale, bias])
+    assert ours.dtype == theirs.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-4)
+
+
+def test_layer_normalization_from_opset_17_refuses_mixed_types():
+    x, scale = _normal(2, 8).astype(np.float16), _normal(8)
+    model = one_node_model("LayerNormalization", [x, scale], 17)
+    with pytest.raises(ValueError, match="X is float16 but Scale is float32; from opset 17 they share one type"):
+        run_kernel(model, [x, scale])
 
 
 def test_batch_normalization_inference_matches_onnxruntime():

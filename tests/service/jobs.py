@@ -11,12 +11,12 @@ from service.machine import describe_machine
 from service.worker.execute import execute_job
 
 
-def drain(client: TestClient, custom_ops: str = "") -> int:
-    """Execute every queued job; returns how many ran."""
+def drain(client: TestClient, custom_ops: str = "", limit: int | None = None) -> int:
+    """Execute every queued job (at most `limit`); returns how many ran."""
     services = client.app.state.services
     ran = 0
     kernels = load_custom_ops(custom_ops or services.settings.custom_ops)
-    while True:
+    while limit is None or ran < limit:
         with services.session_factory() as session:
             job = queue.claim_next(session, "test-worker", services.settings.machine_class)
             job_id = None if job is None else job.id
@@ -27,3 +27,4 @@ def drain(client: TestClient, custom_ops: str = "") -> int:
             describe_machine(services.settings.machine_class), kernels,
         )
         ran += 1
+    return ran

@@ -38,7 +38,7 @@ def test_a_step_beyond_the_bar_regresses_and_one_inside_does_not():
 def test_the_bar_follows_the_windows_own_noise():
     noisy = [job(level) for level in (1.0, 1.12, 0.9, 1.08, 0.93, 1.1, 0.88, 1.05, 0.95, 1.0, 1.15, 0.9)]
     verdict = timing.decide(job(1.2), noisy, threshold_pct=5)
-    assert verdict.noise_pct > 8 and verdict.min_effect_pct == pytest.approx(3 * verdict.noise_pct)
+    assert verdict.noise_pct > 8 and verdict.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.noise_k * verdict.noise_pct)
     assert not verdict.regressed  # +20% is inside this series' job-to-job wobble
     assert timing.decide(job(1.6), noisy, threshold_pct=5).regressed
 
@@ -135,6 +135,25 @@ def test_a_re_measurement_of_the_commit_confirms_it(client, history):
     assert again["id"] == alert["id"] and again["state"] == "confirmed"
     assert "Confirmed by a re-measurement" in again["message"]
     assert _post(client, "c10", ["c9"], 1.25, 2)["alerts"] == []  # confirmed once, never raised twice
+
+
+def test_a_re_measurement_repeats_no_fusion_alert(client, history):
+    def post(sha, parents, level, i):
+        document = {
+            "project": "engine", "commit": {"sha": sha, "parents": parents},
+            "machine": {"machine_class": "cpu", "cpu": "test cpu", "cores": 2},
+            "results": [{
+                "model": "bert.onnx", "engine": "fusionwatch", "engine_version": f"0.{sha}", "level": "all",
+                "fusions": {}, "execute_ms": list(job(level, i).samples), "canary_ms": 2.0,
+            }],
+        }
+        return sorted((a["kind"], a["state"]) for a in client.post("/api/v1/results", json=document).json()["alerts"])
+
+    # BiasGelu dropped together with a timing step: the re-measurement confirms the timing alert only.
+    assert post("c10", ["c9"], 1.25, 0) == [("fusion-regression", "open"), ("timing-regression", "suspected")]
+    assert post("c10", ["c9"], 1.25, 1) == [("timing-regression", "confirmed")]
+    fusion = client.get("/api/v1/alerts", params={"kind": "fusion-regression"}).json()["items"]
+    assert [a["commit"] for a in fusion] == ["c10"]
 
 
 def test_a_slow_canary_holds_the_alert_back(client, history):

@@ -88,8 +88,13 @@ def test_alerts_filter_and_acknowledge_without_javascript(seeded):
     assert len(ids) == 1
     assert '<option selected>fusion-regression</option>' in page
     everything = seeded.get("/alerts").text
-    # The two timing steps at TIMING_STEP, the fusion drop with its timing step, the fusion coming back.
-    assert seeded.get("/api/v1/alerts").json()["total"] == 5 and "Alerts <small>(5)</small>" in everything
+    # The two timing steps at TIMING_STEP, the fusion drop with its timing step, the fusion coming back;
+    # and one suspected alert never delivered: bert's first job at TIMING_STEP rose 36.6% by its fastest
+    # run, the next commit's 40.5%, too far apart to agree, so that step was confirmed from the next
+    # commit on (service/alerts/timing.py's `agree`; the seed's noise is drawn, not measured).
+    listed = seeded.get("/api/v1/alerts").json()["items"]
+    assert len(listed) == 6 and "Alerts <small>(6)</small>" in everything
+    assert sorted(a["state"] for a in listed).count("suspected") == 1
     reply = seeded.post(f"/alerts/{ids[0]}/ack", data={"next": "/alerts?state=open"}, follow_redirects=False)
     assert reply.status_code == 303 and reply.headers["location"] == "/alerts?state=open"
     assert seeded.get("/api/v1/alerts", params={"kind": "fusion-regression"}).json()["items"][0]["state"] == "acknowledged"
