@@ -1,23 +1,25 @@
 """`make bench-load`: the service under load, on loopback, for a bounded number of requests.
 
 Starts `fusionwatch serve` on 127.0.0.1 (a fresh SQLite database in a temporary folder, or a schema
-of its own on the PostgreSQL server --database-url / FUSIONWATCH_BENCH_DATABASE_URL names), with jobs sent to Celery on Redis (FUSIONWATCH_BENCH_REDIS_URL, default
+of its own on the PostgreSQL server --database-url / FUSIONWATCH_BENCH_DATABASE_URL names; --workers
+API processes), with jobs sent to Celery on Redis (FUSIONWATCH_BENCH_REDIS_URL, default
 redis://127.0.0.1:6379/0, a queue nobody consumes and that is purged afterwards), so the API is measured
 alone rather than beside a worker measuring models on the same two cores. From this second process it
-drives, with a fixed number of requests in flight:
+drives, with a fixed number of requests in flight and a write token:
 
   1. CI webhook posts (JSON, one new commit each, a run with one job): the target is >= 300 posts/s with
      p99 < 200 ms and no errors over 10,000 requests on a 2-core machine;
   2. model uploads (multipart, a small model, distinct bytes each);
   3. POST /results, one commit each, building a 10,000-commit series;
-  4. history reads of that whole series: the target is < 100 ms.
+  4. history reads of that whole series, the first apart (it computes the series' change points): the
+     target is < 100 ms.
 
 Prints a table and writes bench/results/load.json with the machine's CPU and load average. Beside
 req/s and latency it prints the server's CPU time per request, which moves less than req/s when
 other work shares the machine's cores.
 
     python -m bench.load [--webhooks 10000] [--uploads 200] [--results 10000] [--reads 50] [--concurrency 16]
-                         [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
+                         [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test] [--workers 1]
 """
 
 from __future__ import annotations
