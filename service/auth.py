@@ -13,7 +13,6 @@ new route is protected the day it is written; tests/service/test_auth.py walks e
 
 from __future__ import annotations
 
-from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import Depends, Request
@@ -131,4 +130,3 @@ def login_url(next_url: str) -> str:
 
 API_ACCESS = [Depends(api_access)]
 PAGE_ACCESS = [Depends(page_access)]
-WriteAccess = Annotated[Principal, Depends(require_write)]

@@ -50,10 +50,9 @@ def server(tmp_path_factory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
     if not CHROMIUM.is_file():
-        reason = f"{CHROMIUM} is missing (`make test` installs Debian's chromium; apt-get install -y chromium)"
-        if shutil.which("apt-get") is None:
-            reason += "; this machine has no apt-get"
-        pytest.skip(reason=reason)
+        no_apt = "; this machine has no apt-get" if shutil.which("apt-get") is None else ""
+        pytest.skip(reason=f"{CHROMIUM} is missing (`make test` installs Debian's chromium; "
+                           f"apt-get install -y chromium){no_apt}")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -214,8 +214,13 @@ def _start_ci_run(session, services, body: CiWebhook, uploads, delivery: str, se
                                             run_id=submission.run.id if submission.run else None))
                 session.flush()
     except IntegrityError:  # the same delivery, concurrently: its twin started the run
+        if key is None:
+            raise
         with session.begin():
-            return _earlier_delivery(session, get_project(session, body.project), key)
+            earlier = _earlier_delivery(session, get_project(session, body.project), key)
+        if earlier is None:
+            raise
+        return earlier
     queue.dispatch(submission.jobs, services.settings.broker_url)
     run_id = submission.run.id if submission.run else None
     return {"run_id": run_id, "run_url": f"/api/v1/runs/{run_id}", "jobs": len(submission.jobs),
