@@ -30,6 +30,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -141,6 +142,8 @@ async def _drive(count: int, concurrency: int, request, connect, server_pid: int
     of its own; latencies, errors, and the CPU time per request of the server and of this client (on
     a machine shared with other work, req/s moves with the neighbours' load; the server's CPU time
     per request is what its code costs)."""
+    if not count:
+        return None
     latencies: list[float] = []
     errors: list[str] = []
     next_index = 0
@@ -220,6 +223,8 @@ async def _run(port: int, token: str, args, server_pid: int) -> dict:
         "uploads": await _drive(args.uploads, args.concurrency, upload, connect, server_pid),
         "results": await _drive(args.results, args.concurrency, result, connect, server_pid),
     }
+    if not args.results:
+        return report
     # The first read computes the series' change points (E-divisive, permutation tests: seconds over
     # 10,000 commits); reads after it, with no new result in between, find them remembered.
     report["history_first_read"] = await _drive(1, 1, history, connect, server_pid)
@@ -263,6 +268,9 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=50)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1, help="API processes (`fusionwatch serve --workers`)")
+    parser.add_argument("--profile", type=Path, metavar="FILE",
+                        help="run the server under py-spy (pip install py-spy) and write its flame graph here "
+                        "(.svg), or its collapsed stacks (.txt)")
     parser.add_argument("--database-url", default=os.environ.get("FUSIONWATCH_BENCH_DATABASE_URL"),
                         help="a PostgreSQL server (postgresql+psycopg://...; the run gets a schema of its own, "
                         "dropped afterwards); default a fresh SQLite file")
@@ -311,20 +319,29 @@ def main() -> None:
     print(f"{'':20}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'server CPU ms/req':>19}"
           f"{'client CPU ms/req':>19}")
     for name in ("webhooks", "uploads", "results", "history_first_read", "history_reads"):
-        row = report[name]
+        row = report.get(name)
+        if row is None:
+            continue
         server_cpu = f"{row['server_cpu_ms']:.2f}" if row["server_cpu_ms"] is not None else "-"
         print(f"{name:20}{row['requests']:>9}{row['per_s']:>9.1f}{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}"
               f"{row['errors']:>8}{server_cpu:>19}{row['client_cpu_ms']:>19.2f}")
         for error in row["first_errors"]:
             print(f"    {error}")
-    print(f"history reads return {report['history_reads']['points']} points; targets: webhooks >= 300/s, "
+    points = report["history_reads"]["points"] if report.get("history_reads") else 0
+    print(f"history reads return {points} points; targets: webhooks >= 300/s, "
           "p99 < 200 ms, 0 errors; history < 100 ms")
 
 
 def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, token: str, args) -> dict:
     port = _free_port()
     log = (folder / "serve.log").open("w")
-    server = subprocess.Popen([*fusionwatch, "serve", "--port", str(port), "--workers", str(args.workers)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    serve = [*fusionwatch, "serve", "--port", str(port), "--workers", str(args.workers)]
+    if args.profile is not None:
+        py_spy = shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy"
+        output_format = "raw" if args.profile.suffix == ".txt" else "flamegraph"  # raw: collapsed stacks, one a line
+        serve = [py_spy, "record", "--subprocesses", "--gil", "--nonblocking", "--rate", "250", "--format", output_format,
+                 "-o", str(args.profile.resolve()), "--", *serve]
+    server = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         deadline = time.monotonic() + 60
@@ -338,8 +355,9 @@ def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, 
                 time.sleep(0.25)
         return asyncio.run(_run(port, token, args, server.pid))
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        # py-spy writes its flame graph on SIGINT, and passes it on to the server.
+        server.send_signal(signal.SIGINT if args.profile is not None else signal.SIGTERM)
+        server.wait(timeout=60)
 
 
 if __name__ == "__main__":

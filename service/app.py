@@ -48,6 +48,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         read_session_factory=make_session_factory(read_engine),
         store=ModelStore(config.data_dir),
         upload_limits=upload_limits(config),
+        database=engine.url.render_as_string(hide_password=True),
     )
 
     @asynccontextmanager

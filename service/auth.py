@@ -16,10 +16,18 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 
 from service.errors import Forbidden, ServiceError, Unauthorized
 from service.models import Project
-from service.usecases.tokens import Principal, authenticate, note_use, use_is_stale
+from service.usecases.tokens import (
+    Principal,
+    authenticate_remembered,
+    note_use,
+    noted_use,
+    remembered_principal,
+    use_is_stale,
+)
 
 COOKIE = "fusionwatch_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -37,7 +45,8 @@ class LoginRequired(ServiceError):
 
 
 def principal_of(request: Request) -> Principal | None:
-    """The request's token holder; None when it shows no token; 401 when the token it shows is bad."""
+    """The request's token holder; None when it shows no token; 401 when the token it shows is bad.
+    Asks the database (call it in a worker thread) unless the token was authenticated moments ago."""
     if hasattr(request.state, "principal"):
         return request.state.principal
     token, from_cookie = _presented_token(request)
@@ -45,16 +54,31 @@ def principal_of(request: Request) -> Principal | None:
     if token is not None:
         services = request.app.state.services
         with services.read_session_factory() as session:
-            principal = authenticate(session, token)
+            principal = authenticate_remembered(session, services.database, token)
         if principal is not None and use_is_stale(principal):
             with services.session_factory() as session, session.begin():
                 note_use(session, principal)
+            principal = noted_use(services.database, token, principal)
         if principal is None:
             raise Unauthorized(f"the API token is unknown, revoked or malformed; {HOW_TO_GET_ONE}")
         if from_cookie and request.method not in SAFE_METHODS:
             _refuse_cross_site(request)
     request.state.principal = principal
     return principal
+
+
+async def resolve_principal(request: Request) -> Principal | None:
+    """`principal_of` from the event loop: a token authenticated moments ago costs a hash, not a
+    thread hop and a query (service/usecases/tokens.py: KnownTokens says how long revocation takes)."""
+    if not hasattr(request.state, "principal"):
+        token, from_cookie = _presented_token(request)
+        remembered = remembered_principal(request.app.state.services.database, token) if token else None
+        if remembered is None or use_is_stale(remembered):
+            return await run_in_threadpool(principal_of, request)
+        if from_cookie and request.method not in SAFE_METHODS:
+            _refuse_cross_site(request)
+        request.state.principal = remembered
+    return request.state.principal
 
 
 def _presented_token(request: Request) -> tuple[str | None, bool]:
@@ -91,21 +115,22 @@ def require_write(request: Request) -> Principal:
     return principal
 
 
-def api_access(request: Request) -> None:
+async def api_access(request: Request) -> None:
     """The API's rule: reading needs `require_read`, anything else `require_write`."""
+    await resolve_principal(request)
     if request.method in SAFE_METHODS:
         require_read(request)
     else:
         require_write(request)
 
 
-def page_access(request: Request) -> None:
+async def page_access(request: Request) -> None:
     """The dashboard's rule: as the API's, but a page asked for without any token goes to sign-in."""
     if request.method in SAFE_METHODS and _presented_token(request)[0] is None \
             and not request.app.state.services.settings.public_read:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise LoginRequired(target)
-    api_access(request)
+    await api_access(request)
 
 
 def may_write_to(request: Request, project: Project) -> None:

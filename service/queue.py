@@ -13,6 +13,7 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from service.celery_publish import publish_run_job
 from service.models import Alert, Job, Model, Run
 from service.models.base import utc_now
 from service.usecases.runs import finish_if_complete
@@ -98,8 +99,5 @@ def dispatch(jobs: list[Job], broker_url: str | None) -> None:
     """Tell Celery about new jobs when a broker is configured; the embedded worker finds them itself."""
     if not broker_url or not jobs:
         return
-    from service.worker.celery_app import celery_app_for
-
-    app = celery_app_for(broker_url)
     for job in jobs:
-        app.send_task("fusionwatch.run_job", args=[job.id], queue=job.machine_class)
+        publish_run_job(broker_url, job.machine_class, job.id)

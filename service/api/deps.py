@@ -25,6 +25,7 @@ class Services:
     read_session_factory: sessionmaker[Session]
     store: ModelStore
     upload_limits: UploadLimits
+    database: str  # the database's URL, password hidden: what remembered API tokens were checked against
 
 
 def get_services(request: Request) -> Services:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
@@ -87,6 +89,7 @@ def revoke_token(session: Session, name: str) -> ApiToken:
         raise NotFound(f"no token named {name[:100]!r}")
     if row.revoked_at is None:
         row.revoked_at = datetime.now(UTC)
+    known_tokens.forget(row.token_hash)
     return row
 
 
@@ -114,3 +117,76 @@ def use_is_stale(principal: Principal) -> bool:
 def note_use(session: Session, principal: Principal) -> None:
     """Record when the token was last used (shown by `fusionwatch token list`)."""
     session.execute(update(ApiToken).where(ApiToken.id == principal.token_id).values(last_used_at=datetime.now(UTC)))
+
+
+class KnownTokens:
+    """Principals recently authenticated, by token hash and database, for `PRINCIPAL_TTL_S`.
+
+    Every API request shows its token, and looking it up (a session, a query) was a tenth of a
+    webhook's CPU time. A token revoked in this process is forgotten at once (`revoke_token`); one
+    revoked by another process (`fusionwatch token revoke` is one) stops working here within
+    PRINCIPAL_TTL_S, when its entry expires and the database is asked again. Unknown and revoked
+    tokens are never remembered, so a token created meanwhile works at once."""
+
+    def __init__(self, ttl_s: float, clock=time.monotonic) -> None:
+        self.ttl_s, self.clock = ttl_s, clock
+        self._entries: dict[tuple[str, str], tuple[float, Principal]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, database: str, token_hash: str) -> Principal | None:
+        entry = self._entries.get((database, token_hash))
+        if entry is None:
+            return None
+        expires, principal = entry
+        if self.clock() >= expires:
+            with self._lock:
+                if self._entries.get((database, token_hash)) is entry:
+                    del self._entries[(database, token_hash)]
+            return None
+        return principal
+
+    def remember(self, database: str, token_hash: str, principal: Principal) -> None:
+        with self._lock:
+            self._entries[(database, token_hash)] = (self.clock() + self.ttl_s, principal)
+
+    def refresh(self, database: str, token_hash: str, principal: Principal) -> None:
+        """`principal` again, its expiry unchanged (e.g. with a new last_used_at)."""
+        with self._lock:
+            entry = self._entries.get((database, token_hash))
+            if entry is not None:
+                self._entries[(database, token_hash)] = (entry[0], principal)
+
+    def forget(self, token_hash: str) -> None:
+        with self._lock:
+            for key in [key for key in self._entries if key[1] == token_hash]:
+                del self._entries[key]
+
+
+PRINCIPAL_TTL_S = 5.0
+known_tokens = KnownTokens(PRINCIPAL_TTL_S)
+
+
+def well_formed(token: str) -> bool:
+    return _SHAPE.fullmatch(token) is not None
+
+
+def remembered_principal(database: str, token: str) -> Principal | None:
+    """The principal `authenticate` found for `token` on `database` less than PRINCIPAL_TTL_S ago, or None."""
+    return known_tokens.get(database, hash_token(token)) if well_formed(token) else None
+
+
+def authenticate_remembered(session: Session, database: str, token: str) -> Principal | None:
+    """`authenticate`, through `known_tokens`."""
+    found = remembered_principal(database, token)
+    if found is None:
+        found = authenticate(session, token)
+        if found is not None:
+            known_tokens.remember(database, hash_token(token), found)
+    return found
+
+
+def noted_use(database: str, token: str, principal: Principal) -> Principal:
+    """`principal` as `note_use` just left it, remembered so (its last use is not noted again for a minute)."""
+    noted = replace(principal, last_used_at=datetime.now(UTC))
+    known_tokens.refresh(database, hash_token(token), noted)
+    return noted

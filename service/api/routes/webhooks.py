@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from service import queue
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
-from service.auth import may_write_to, principal_of
+from service.auth import may_write_to, resolve_principal
 from service.errors import Conflict, Invalid, Unauthorized
 from service.models import Job, Model, WebhookDelivery
 from service.schemas.requests import CiWebhook
@@ -48,7 +48,7 @@ async def receive_github(
     project: str | None = None,
 ) -> dict[str, Any]:
     # Who the token says (if any) is looked up before this handler's transaction holds the database.
-    await run_in_threadpool(principal_of, request)
+    await resolve_principal(request)
     body = await request.body()
     if len(body) > MAX_GITHUB_BODY:
         raise Invalid(f"webhook body is {len(body)} bytes; at most {MAX_GITHUB_BODY}")
@@ -167,7 +167,7 @@ async def receive_ci(
     instead of starting another; without it, each post is a new measurement of the commit."""
     if len(x_fusionwatch_delivery) > MAX_DELIVERY_ID:
         raise Invalid(f"X-Fusionwatch-Delivery is longer than {MAX_DELIVERY_ID} characters")
-    await run_in_threadpool(principal_of, request)
+    await resolve_principal(request)
     # The raw body is kept only to check a signature; unsigned uploads stream to disk as they arrive.
     raw = await request.body() if x_hub_signature_256 else None
     files: list = []
