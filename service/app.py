@@ -6,6 +6,7 @@ embedded worker process (service/worker/embedded.py) unless jobs go to Celery (F
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -119,7 +120,20 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
     return app
 
 
+def _settle_garbage_collection() -> None:
+    """Once the app is loaded: what exists now (modules, the app, its ORM mappers: ~200,000 objects)
+    is moved out of the collector's sight, and the youngest generation is collected every 10,000 new
+    objects instead of every 700. A request building a 10,000-commit history makes ~100,000 objects,
+    and each full collection on the way walked everything the process holds: reads then took 100 to
+    430 ms instead of about 100. Webhooks, a few thousand objects each, set off collections too."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+
+
 def serving_app() -> FastAPI:
     """What `fusionwatch serve` runs (a uvicorn factory): settings read from the environment now, the
     embedded worker started unless FUSIONWATCH_BROKER_URL sends jobs to Celery."""
-    return create_app(config=Settings(), start_worker=True)
+    app = create_app(config=Settings(), start_worker=True)
+    _settle_garbage_collection()  # a server process's, not each app a test makes (frozen objects are never freed)
+    return app

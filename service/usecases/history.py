@@ -3,17 +3,13 @@ where those disagree with the timing alerts), and one commit's diff against its 
 
 from __future__ import annotations
 
-import hashlib
 import json
-import threading
-from collections import OrderedDict
 from typing import Any
 
-import numpy as np
 from sqlalchemy import Text, cast, func, select
 from sqlalchemy.orm import Session
 
-from service.alerts.change_points import ChangePoint, change_points
+from service.alerts.change_points import WindowResults, change_points
 from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
@@ -50,11 +46,10 @@ def history(
         .group_by(*series_key, Result.commit_id)
         .subquery()
     )
+    partition = (latest.c.model_id, latest.c.engine, latest.c.level, latest.c.machine_class)
     ranked = (
-        select(latest.c.id, func.row_number().over(
-            partition_by=(latest.c.model_id, latest.c.engine, latest.c.level, latest.c.machine_class),
-            order_by=Commit.seq.desc(),
-        ).label("rank"))
+        select(latest.c.id, func.row_number().over(partition_by=partition, order_by=Commit.seq.desc()).label("rank"),
+               func.count().over(partition_by=partition).label("total"))
         .join(Commit, Commit.id == latest.c.commit_id)
         .subquery()
     )
@@ -64,7 +59,7 @@ def history(
             Result.engine_version, Result.graph_hash, cast(Result.fusions, Text).label("fusions"), Result.nodes_after,
             Result.median_ms, Result.p10_ms, Result.p90_ms, Result.mad_ms,
             func.json_array_length(Result.execute_ms).label("samples"), Result.numeric_ok,
-            Commit.sha, Commit.branch, Commit.message, Commit.timestamp, Commit.seq,
+            Commit.sha, Commit.branch, Commit.message, Commit.timestamp, ranked.c.total, Commit.seq,
         )
         .select_from(ranked)
         .join(Result, Result.id == ranked.c.id)
@@ -76,13 +71,15 @@ def history(
     # Fused-op counts read as text and parsed once per distinct value: a series repeats the same few.
     parsed: dict[str | None, dict[str, int]] = {None: {}}
     series: dict[tuple, dict[str, Any]] = {}
+    totals: dict[tuple, int] = {}  # commits in each whole series, of which the last `limit` are read
     for (result_id, model_name, engine_name, level_name, machine_class, engine_version, graph_hash, fusions_text,
          nodes_after, median_ms, p10_ms, p90_ms, mad_ms, samples, numeric_ok, sha, branch, message, timestamp,
-         _) in rows:
+         total, _) in rows:
         key = (model_name, engine_name, level_name, machine_class)
         points = series.get(key)
         if points is None:
             points = series[key] = []
+            totals[key] = total
         fusions = parsed.get(fusions_text)
         if fusions is None:
             fusions = parsed[fusions_text] = json.loads(fusions_text)
@@ -104,43 +101,30 @@ def history(
             "samples": samples or 0,
             "numeric_ok": numeric_ok,
         })
-    found = [{"model": key[0], "engine": key[1], "level": key[2], "machine_class": key[3], "points": points}
-             for key, points in series.items()]
-    for entry in found:
-        _mark_change_points(session, project, entry)
+    found = []
+    for key, points in series.items():
+        entry = {"model": key[0], "engine": key[1], "level": key[2], "machine_class": key[3], "points": points}
+        _mark_change_points(session, project, entry, first=totals[key] - len(points))
+        found.append(entry)
     return found
 
 
 AGREE_WITHIN = 2  # commits between a change point and an alert that still count as the same step
 
-# Change points of the series read last, by their values: E-divisive's permutation tests over 10,000
-# commits take seconds, they are deterministic (seeded), and a series' values change only when a
-# result arrives, so reading it again (a dashboard, CI polling) costs the rows only.
-CACHED_SERIES = 64
-_change_points_seen: OrderedDict[bytes, list[ChangePoint]] = OrderedDict()
-_change_points_lock = threading.Lock()
+# Change points are computed per window of the series and each window's result kept
+# (service/alerts/change_points.py): a read after a new result recomputes the last window or two, not
+# E-divisive's permutation tests over all 10,000 commits.
+_windows_seen = WindowResults()
 
 
-def _change_points(values: list[float]) -> list[ChangePoint]:
-    key = hashlib.sha256(np.asarray(values, dtype=np.float64).tobytes()).digest()
-    with _change_points_lock:
-        if key in _change_points_seen:
-            _change_points_seen.move_to_end(key)
-            return _change_points_seen[key]
-    found = change_points(values)
-    with _change_points_lock:
-        _change_points_seen[key] = found
-        while len(_change_points_seen) > CACHED_SERIES:
-            _change_points_seen.popitem(last=False)
-    return found
-
-
-def _mark_change_points(session: Session, project: Project, entry: dict[str, Any]) -> None:
+def _mark_change_points(session: Session, project: Project, entry: dict[str, Any], first: int) -> None:
     """The series' change points (E-divisive means over each commit's p10), each with the timing alert
-    raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs."""
+    raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs.
+    `first` is the position of the first point read in the whole series (the windows are placed on it)."""
     points = entry["points"]
     timed = [(i, p) for i, p in enumerate(points) if p["p10_ms"]]
-    found = _change_points([p["p10_ms"] for _, p in timed]) if len(timed) >= 6 else []
+    values = [p["p10_ms"] for _, p in timed]
+    found = change_points(values, first=first, results=_windows_seen) if len(timed) >= 6 else []
     model_id = session.scalar(select(Model.id).where(Model.project_id == project.id, Model.name == entry["model"]))
     alerts = session.execute(
         select(Alert, Commit.sha).join(Commit, Commit.id == Alert.commit_id).where(
