@@ -11,15 +11,17 @@ drives, with a fixed number of requests in flight and a write token:
      p99 < 200 ms and no errors over 10,000 requests on a 2-core machine;
   2. model uploads (multipart, a small model, distinct bytes each);
   3. POST /results, one commit each, building a 10,000-commit series;
-  4. history reads of that whole series, the first apart (it computes the series' change points): the
-     target is < 100 ms.
+  4. history reads of that whole series: the first apart (it computes every window's change points),
+     then --reads reads again, then --new-results times a new result and the read after it (the
+     last window or two computed again): the target is < 100 ms.
 
 Prints a table and writes bench/results/load.json with the machine's CPU and load average. Beside
 req/s and latency it prints the server's CPU time per request, which moves less than req/s when
 other work shares the machine's cores.
 
-    python -m bench.load [--webhooks 10000] [--uploads 200] [--results 10000] [--reads 50] [--concurrency 16]
-                         [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test] [--workers 1]
+    python -m bench.load [--webhooks 10000] [--uploads 200] [--results 10000] [--reads 50] [--new-results 20]
+                         [--concurrency 16] [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
+                         [--workers 1] [--profile server.svg]
 """
 
 from __future__ import annotations
@@ -184,6 +186,38 @@ async def _drive(count: int, concurrency: int, request, connect, server_pid: int
     }
 
 
+async def _after_new_results(count: int, post, read, server_pid: int) -> dict | None:
+    """`count` times: a new result (not timed), then the history read after it (timed, and its server
+    CPU time alone)."""
+    if not count:
+        return None
+    latencies, errors, server_cpu, client_cpu = [], [], 0.0, 0.0
+    started = time.perf_counter()
+    for i in range(count):
+        posted = await post(i)
+        if posted.status_code >= 400:
+            raise SystemExit(f"posting a result failed: {posted.status_code} {posted.text[:300]}")
+        cpu_before, client_before, began = _cpu_seconds(server_pid), time.process_time(), time.perf_counter()
+        reply = await read()
+        latencies.append((time.perf_counter() - began) * 1000)
+        client_cpu += time.process_time() - client_before
+        if cpu_before is not None:
+            server_cpu += _cpu_seconds(server_pid) - cpu_before
+        if reply.status_code >= 400:
+            errors.append(f"{reply.status_code}: {reply.text[:200]}")
+    ordered = sorted(latencies)
+    return {
+        "requests": count,
+        "per_s": count / (time.perf_counter() - started),  # posts included: not a read rate
+        "p50_ms": statistics.median(ordered),
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "server_cpu_ms": server_cpu / count * 1000 if cpu_before is not None else None,
+        "client_cpu_ms": client_cpu / count * 1000,
+        "errors": len(errors),
+        "first_errors": errors[:3],
+    }
+
+
 async def _run(port: int, token: str, args, server_pid: int) -> dict:
     def connect() -> Connection:
         return Connection("127.0.0.1", port, "/api/v1", token)
@@ -229,11 +263,13 @@ async def _run(port: int, token: str, args, server_pid: int) -> dict:
     # 10,000 commits); reads after it, with no new result in between, find them remembered.
     report["history_first_read"] = await _drive(1, 1, history, connect, server_pid)
     check = await history(setup, 0)
-    await setup.close()
     if check.status_code >= 400:
         raise SystemExit(f"history read failed: {check.status_code} {check.text[:300]}")
     points = len(check.json()["series"][0]["points"])
     report["history_reads"] = await _drive(args.reads, 1, history, connect, server_pid) | {"points": points}
+    report["history_after_new_result"] = await _after_new_results(
+        args.new_results, lambda i: result(setup, args.results + i), lambda: history(setup, 0), server_pid)
+    await setup.close()
     return report
 
 
@@ -266,6 +302,8 @@ def main() -> None:
     parser.add_argument("--uploads", type=int, default=200)
     parser.add_argument("--results", type=int, default=10_000)
     parser.add_argument("--reads", type=int, default=50)
+    parser.add_argument("--new-results", type=int, default=20,
+                        help="then this many times: one more result, and the history read after it")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1, help="API processes (`fusionwatch serve --workers`)")
     parser.add_argument("--profile", type=Path, metavar="FILE",
@@ -316,14 +354,14 @@ def main() -> None:
     print(f"{machine['cpu']}, {machine['cores']} cores; {report['database']}; {args.concurrency} requests in flight, "
           f"{args.workers} API process(es); "
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
-    print(f"{'':20}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'server CPU ms/req':>19}"
+    print(f"{'':26}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'server CPU ms/req':>19}"
           f"{'client CPU ms/req':>19}")
-    for name in ("webhooks", "uploads", "results", "history_first_read", "history_reads"):
+    for name in ("webhooks", "uploads", "results", "history_first_read", "history_reads", "history_after_new_result"):
         row = report.get(name)
         if row is None:
             continue
         server_cpu = f"{row['server_cpu_ms']:.2f}" if row["server_cpu_ms"] is not None else "-"
-        print(f"{name:20}{row['requests']:>9}{row['per_s']:>9.1f}{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}"
+        print(f"{name:26}{row['requests']:>9}{row['per_s']:>9.1f}{row['p50_ms']:>9.1f}{row['p99_ms']:>9.1f}"
               f"{row['errors']:>8}{server_cpu:>19}{row['client_cpu_ms']:>19.2f}")
         for error in row["first_errors"]:
             print(f"    {error}")

@@ -3,16 +3,16 @@ where those disagree with the timing alerts), and one commit's diff against its 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.alerts.change_points import WindowResults, change_points
 from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
+from service.usecases.history_points import series_points
 
 
 def history(
@@ -26,85 +26,15 @@ def history(
     """One series per (model, engine, level, machine class), points in commit order (oldest first): the
     latest result at each of the series' last `limit` commits (a re-measurement replaces the earlier one).
 
-    Only the columns a point shows are read, never the timing samples themselves (their count is
-    counted by the database), and the database picks each series' last `limit` commits, so a read
-    of 10,000 commits costs what its rows cost."""
-    filters = [Result.project_id == project.id]
-    if model is not None:
-        filters.append(Result.model_id == model.id)
-    if engine is not None:
-        filters.append(Result.engine == engine)
-    if level is not None:
-        filters.append(Result.level == level)
-    # Narrow first: the latest result per series and commit, from the series index alone; then each
-    # series' last `limit` commits; only then the wide columns, for the rows kept (sorted here, since a
-    # database sorting wide rows took longer than reading them).
-    series_key = (Result.model_id, Result.engine, Result.level, Result.machine_class)
-    latest = (
-        select(func.max(Result.id).label("id"), *series_key, Result.commit_id)
-        .where(*filters)
-        .group_by(*series_key, Result.commit_id)
-        .subquery()
-    )
-    partition = (latest.c.model_id, latest.c.engine, latest.c.level, latest.c.machine_class)
-    ranked = (
-        select(latest.c.id, func.row_number().over(partition_by=partition, order_by=Commit.seq.desc()).label("rank"),
-               func.count().over(partition_by=partition).label("total"))
-        .join(Commit, Commit.id == latest.c.commit_id)
-        .subquery()
-    )
-    query = (
-        select(
-            Result.id, Model.name.label("model"), Result.engine, Result.level, Result.machine_class,
-            Result.engine_version, Result.graph_hash, cast(Result.fusions, Text).label("fusions"), Result.nodes_after,
-            Result.median_ms, Result.p10_ms, Result.p90_ms, Result.mad_ms,
-            func.json_array_length(Result.execute_ms).label("samples"), Result.numeric_ok,
-            Commit.sha, Commit.branch, Commit.message, Commit.timestamp, ranked.c.total, Commit.seq,
-        )
-        .select_from(ranked)
-        .join(Result, Result.id == ranked.c.id)
-        .join(Commit, Commit.id == Result.commit_id)
-        .join(Model, Model.id == Result.model_id)
-        .where(ranked.c.rank <= limit)
-    )
-    rows = sorted(session.execute(query).all(), key=lambda row: (row[-1], row[0]))  # (seq, result id)
-    # Fused-op counts read as text and parsed once per distinct value: a series repeats the same few.
-    parsed: dict[str | None, dict[str, int]] = {None: {}}
-    series: dict[tuple, dict[str, Any]] = {}
-    totals: dict[tuple, int] = {}  # commits in each whole series, of which the last `limit` are read
-    for (result_id, model_name, engine_name, level_name, machine_class, engine_version, graph_hash, fusions_text,
-         nodes_after, median_ms, p10_ms, p90_ms, mad_ms, samples, numeric_ok, sha, branch, message, timestamp,
-         total, _) in rows:
-        key = (model_name, engine_name, level_name, machine_class)
-        points = series.get(key)
-        if points is None:
-            points = series[key] = []
-            totals[key] = total
-        fusions = parsed.get(fusions_text)
-        if fusions is None:
-            fusions = parsed[fusions_text] = json.loads(fusions_text)
-        points.append({
-            "commit": sha,
-            "branch": branch,
-            # The first line's first 200 characters, without splitting a 10,000-character message whole.
-            "message": message[:201].splitlines()[0][:200] if message else "",
-            "timestamp": timestamp.isoformat() if timestamp else None,
-            "result_id": result_id,
-            "engine_version": engine_version,
-            "graph_hash": graph_hash,
-            "fusions": fusions,
-            "nodes_after": nodes_after,
-            "median_ms": median_ms,
-            "p10_ms": p10_ms,
-            "p90_ms": p90_ms,
-            "mad_ms": mad_ms,
-            "samples": samples or 0,
-            "numeric_ok": numeric_ok,
-        })
+    The points are read once and then kept up to date (usecases/history_points.py): a read again, or
+    after a new result, costs two aggregates, the new rows and the change points' last windows. The
+    points returned are shared with other reads: render them, do not change them."""
     found = []
-    for key, points in series.items():
-        entry = {"model": key[0], "engine": key[1], "level": key[2], "machine_class": key[3], "points": points}
-        _mark_change_points(session, project, entry, first=totals[key] - len(points))
+    for kept in series_points(session, project, model, engine, level, limit):
+        model_name, engine_name, level_name, machine_class = kept.key
+        entry = {"model": model_name, "engine": engine_name, "level": level_name, "machine_class": machine_class,
+                 "points": kept.points}
+        _mark_change_points(session, project, entry, first=kept.total - len(kept.points))
         found.append(entry)
     return found
 
