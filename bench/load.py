@@ -173,14 +173,19 @@ async def _drive(count: int, concurrency: int, request, connect, server_pid: int
     elapsed = time.perf_counter() - started
     server_cpu = (_cpu_seconds(server_pid) - server_cpu) if server_cpu is not None else None
     client_cpu = time.process_time() - client_cpu
-    ordered = sorted(latencies)
+    return _summary(latencies, errors, elapsed, server_cpu, client_cpu)
+
+
+def _summary(latencies: list[float], errors: list[str], elapsed_s: float, server_cpu_s: float | None,
+             client_cpu_s: float) -> dict:
+    ordered, count = sorted(latencies), len(latencies)
     return {
         "requests": count,
-        "per_s": count / elapsed,
+        "per_s": count / elapsed_s,
         "p50_ms": statistics.median(ordered),
-        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-        "server_cpu_ms": server_cpu / count * 1000 if server_cpu is not None else None,
-        "client_cpu_ms": client_cpu / count * 1000,
+        "p99_ms": ordered[min(count - 1, int(count * 0.99))],
+        "server_cpu_ms": server_cpu_s / count * 1000 if server_cpu_s is not None else None,
+        "client_cpu_ms": client_cpu_s / count * 1000,
         "errors": len(errors),
         "first_errors": errors[:3],
     }
@@ -205,17 +210,9 @@ async def _after_new_results(count: int, post, read, server_pid: int) -> dict | 
             server_cpu += _cpu_seconds(server_pid) - cpu_before
         if reply.status_code >= 400:
             errors.append(f"{reply.status_code}: {reply.text[:200]}")
-    ordered = sorted(latencies)
-    return {
-        "requests": count,
-        "per_s": count / (time.perf_counter() - started),  # posts included: not a read rate
-        "p50_ms": statistics.median(ordered),
-        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
-        "server_cpu_ms": server_cpu / count * 1000 if cpu_before is not None else None,
-        "client_cpu_ms": client_cpu / count * 1000,
-        "errors": len(errors),
-        "first_errors": errors[:3],
-    }
+    # req/s here counts the posts' time too: it is not a read rate.
+    return _summary(latencies, errors, time.perf_counter() - started, server_cpu if cpu_before is not None else None,
+                    client_cpu)
 
 
 async def _run(port: int, token: str, args, server_pid: int) -> dict:

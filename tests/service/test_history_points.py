@@ -26,6 +26,15 @@ def engine_project(client):
     return client
 
 
+@pytest.fixture
+def full_reads(monkeypatch) -> list[int]:
+    """One entry per read of everything (the kept points not brought up to date)."""
+    reads: list[int] = []
+    real = history_points._read_all
+    monkeypatch.setattr(history_points, "_read_all", lambda *args: reads.append(1) or real(*args))
+    return reads
+
+
 def _read(client, query: str = "limit=6") -> dict:
     reply = client.get(f"/api/v1/projects/engine/history?{query}")
     assert reply.status_code == 200, reply.text
@@ -43,12 +52,10 @@ def _check(client, query: str = "limit=6") -> dict:
     return kept
 
 
-def test_reads_follow_new_commits_remeasurements_and_new_series(engine_project, monkeypatch):
+def test_reads_follow_new_commits_remeasurements_and_new_series(engine_project, full_reads):
     client = engine_project
     _check(client)
-    full_reads = []
-    real = history_points._read_all
-    monkeypatch.setattr(history_points, "_read_all", lambda *args: full_reads.append(1) or real(*args))
+    full_reads.clear()
     assert _read(client)["series"][0]["points"][-1]["commit"] == "c7"
     assert full_reads == []  # read again: kept
     _result(client, "c8", ["c7"], 1.5)
@@ -76,12 +83,10 @@ def test_a_result_for_an_older_commit_and_a_commit_filled_in_later_are_read_agai
     assert _check(client)["series"][0]["points"][-1]["message"] == "Fuse Gelu again"
 
 
-def test_new_commits_without_results_keep_the_points(engine_project, monkeypatch):
+def test_new_commits_without_results_keep_the_points(engine_project, full_reads):
     client = engine_project
     _check(client)
-    full_reads = []
-    real = history_points._read_all
-    monkeypatch.setattr(history_points, "_read_all", lambda *args: full_reads.append(1) or real(*args))
+    full_reads.clear()
     for i in range(3):
         client.post("/api/v1/webhooks/ci", json={"project": "engine", "sha": f"w{i}", "branch": "main"}).raise_for_status()
         _read(client)
