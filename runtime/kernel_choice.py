@@ -68,6 +68,7 @@ ROUNDS = 8  # timed calls per candidate and shape; the median counts
 _SETTLE_S = 0.15  # before each candidate's block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
 _OPENMP_SETTLE_S = 0.01  # after an OpenMP library's block: its workers spin 1 ms at most
 CONV_ROUNDS = 4  # a ResNet-50 round is ~24 distinct convolutions, 50-70 ms per candidate
+MAX_CONVS = 32  # distinct convolutions timed, the costliest shares first (ResNet-50 has 24)
 DYNAMIC_ROWS = 128  # rows assumed for a product whose A has symbolic dimensions
 _VECTOR_EXTENSIONS = (
     "sse4_2",
@@ -185,6 +186,8 @@ def _choose_wait(gemm_choice: KernelChoice, conv_choice: KernelChoice, fixed: st
         return KernelChoice("wait", fixed, "set by SessionOptions.kernel_libraries")
     if not openmp.available():
         return KernelChoice("wait", "sleep", "no Intel OpenMP runtime here (the mkl extra) to set it on")
+    if openmp.user_blocktime() is not None:
+        return KernelChoice("wait", "sleep", f"not chosen: KMP_BLOCKTIME={openmp.user_blocktime()} set by the user holds")
     for choice in (conv_choice, gemm_choice):
         if choice.wait is not None:
             return KernelChoice(
@@ -208,7 +211,7 @@ _OPENMP_LIBRARIES = ("mkl-packed", "onednn")
 def _with_waits(candidates: list[str]) -> list[str]:
     """The race's entrants: each OpenMP library once per wait ("onednn/spin", "onednn/sleep"),
     since which wait is faster depends on the machine (runtime/kernels/openmp.py)."""
-    if not openmp.available():
+    if not openmp.settable():
         return candidates
     return [f"{c}/{wait}" if c in _OPENMP_LIBRARIES else c for c in candidates
             for wait in (openmp.WAITS if c in _OPENMP_LIBRARIES else [None])]  # fmt: skip
@@ -378,7 +381,7 @@ def _choose_conv(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None)
         if fixed not in candidates:
             raise ValueError(f"kernel_libraries conv={fixed!r} is not loadable here; loadable: {candidates}")
         return KernelChoice("conv", fixed, "set by SessionOptions.kernel_libraries")
-    nodes = _conv_nodes(model)
+    nodes = _conv_nodes(model)[:MAX_CONVS]
     if len(candidates) == 1:
         return KernelChoice("conv", candidates[0], f"the only one loadable ({onednn.unavailable_reason()})")
     if not nodes:

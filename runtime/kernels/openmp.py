@@ -38,12 +38,13 @@ WAITS = list(BLOCKTIME_MS)  # in the order a tie goes to
 
 _runtime: ctypes.CDLL | None = None
 _loaded = False
+_user_blocktime: str | None = None  # KMP_BLOCKTIME as the user set it before we loaded, if they did
 
 
 def load() -> ctypes.CDLL | None:
     """libiomp5, loaded once with its symbols global (before MKL and oneDNN load, so that both
     bind to it); None where the intel-openmp wheel is not installed."""
-    global _runtime, _loaded
+    global _runtime, _loaded, _user_blocktime
     if _loaded:
         return _runtime
     _loaded = True
@@ -51,7 +52,8 @@ def load() -> ctypes.CDLL | None:
     if path is None:
         return None
     # Read when libiomp5 starts its pool: sleeping is the default between runs; a session
-    # that measured spinning faster sets it for its runs (`using`).
+    # that measured spinning faster sets it for its runs (`waiting`), unless the user set it.
+    _user_blocktime = os.environ.get("KMP_BLOCKTIME")
     os.environ.setdefault("KMP_BLOCKTIME", "0")
     runtime = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     runtime.kmp_set_blocktime.argtypes = [ctypes.c_int]
@@ -65,16 +67,27 @@ def available() -> bool:
     return load() is not None
 
 
+def user_blocktime() -> str | None:
+    """KMP_BLOCKTIME where the user set it: then it holds, and no wait is raced or applied."""
+    load()
+    return _user_blocktime
+
+
+def settable() -> bool:
+    """Whether sessions choose the wait here: Intel OpenMP is loaded and the user left it alone."""
+    return available() and _user_blocktime is None
+
+
 @contextlib.contextmanager
 def waiting(wait: str | None) -> Iterator[None]:
     """Run the block with the calling thread's workers waiting as `wait` says ("sleep" or
-    "spin"); None, or no libiomp5, leaves the wait as it is."""
+    "spin"); None, no libiomp5, or a KMP_BLOCKTIME the user set leaves the wait as it is."""
+    if wait is not None and wait not in BLOCKTIME_MS:
+        raise ValueError(f"unknown OpenMP wait {wait!r}; the candidates are {WAITS}")
     runtime = load() if wait is not None else None
-    if runtime is None:
+    if runtime is None or _user_blocktime is not None:
         yield
         return
-    if wait not in BLOCKTIME_MS:
-        raise ValueError(f"unknown OpenMP wait {wait!r}; the candidates are {WAITS}")
     before = runtime.kmp_get_blocktime()
     runtime.kmp_set_blocktime(BLOCKTIME_MS[wait])
     try:

@@ -72,7 +72,7 @@ def test_gemm_shapes_are_the_products_against_constant_weights(a_shape, op, attr
 def test_fastest_candidate_is_chosen_cached_and_used(monkeypatch):
     # With Intel OpenMP loadable, each OpenMP library races once per wait of its workers, and
     # the winner's wait is the session's.
-    fastest = "onednn/spin" if openmp.available() else "onednn"
+    fastest = "onednn/spin" if openmp.settable() else "onednn"
     calls = []
     monkeypatch.setattr(
         kernel_choice,
@@ -87,7 +87,7 @@ def test_fastest_candidate_is_chosen_cached_and_used(monkeypatch):
         f"{fastest} 1.00 ms" in first.kernel_choices.gemm.reason
         and "measured now" in first.kernel_choices.gemm.reason
     )
-    if openmp.available():
+    if openmp.settable():
         assert set(first.kernel_choices.gemm.timings_ms) >= {"onednn/sleep", "onednn/spin", "numpy"}
         assert first.kernel_choices.wait.library == "spin" and first.kernel_choices.libraries()["wait"] == "spin"
         assert "gemm on onednn" in first.kernel_choices.wait.reason
@@ -123,7 +123,9 @@ def test_a_measurement_runs_every_candidate():
     assert {kernel_choice._split(e)[0] for e in entrants} == set(kernel_choice.gemm_candidates())
 
 
-@pytest.mark.skipif(not openmp.available(), reason="the intel-openmp wheel (the mkl extra) is not installed")
+@pytest.mark.skipif(
+    not openmp.settable(), reason="no intel-openmp wheel (the mkl extra), or KMP_BLOCKTIME set in the environment"
+)
 def test_a_sessions_wait_holds_for_its_runs_only():
     # libiomp5 keeps the blocktime per thread: a session sets its choice for the block it runs,
     # then puts back what was there, so another session in the process keeps its own.
@@ -138,6 +140,28 @@ def test_a_sessions_wait_holds_for_its_runs_only():
     with pytest.raises(ValueError, match="candidates"):
         with libraries.using({"wait": "forever"}):
             pass
+
+
+_WITH_THE_USERS_BLOCKTIME = """
+from runtime import kernel_choice
+from runtime.kernels import openmp
+print(kernel_choice._with_waits(["onednn", "numpy"]))
+with openmp.waiting("spin"):
+    print(openmp.load().kmp_get_blocktime())
+"""
+
+
+@pytest.mark.skipif(not openmp.available(), reason="the intel-openmp wheel (the mkl extra) is not installed")
+def test_a_blocktime_the_user_set_is_neither_raced_nor_overridden():
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WITH_THE_USERS_BLOCKTIME], capture_output=True, text=True, check=True,
+        env={**os.environ, "KMP_BLOCKTIME": "7"},
+    )  # fmt: skip
+    assert done.stdout.split("\n")[:2] == ["['onednn', 'numpy']", "7"]
 
 
 _THREADS_AFTER_EACH_LIBRARY = """
