@@ -362,6 +362,9 @@ def main() -> None:
             choices = executor["kernel_choices"]
             print(f"  chosen at {'all' if 'all' in executor['levels'] else args.levels[-1]} on {cpu.model}: "
                   f"GEMMs on {describe_choice(choices['gemm'])}; convolutions on {describe_choice(choices['conv'])}")
+            wait = choices.get("wait")
+            if wait is not None:
+                print(f"  MKL's and oneDNN's OpenMP workers between calls: {wait['library']} ({wait['reason']})")
             if args.profile:
                 result["profile"] = profile_rows(
                     path, args.threads, args.runs, args.profile,

@@ -7,7 +7,17 @@ each library this process can load is timed on the model's own shapes, and the f
 
   gemm  products against constant weights (MatMul, Gemm, FusedMatMul, FusedGemm, Attention's
         QKV projection): MKL packed, oneDNN matmul with the weight reordered once, numpy's BLAS
-  conv  channels-last convolutions (NhwcFusedConv, the layout level's): oneDNN, im2col + BLAS
+  conv  channels-last convolutions (NhwcFusedConv, the layout level's): oneDNN, im2col + BLAS,
+        timed on every distinct convolution of the model, weighted by how often it occurs
+  wait  whether MKL's and oneDNN's OpenMP workers sleep as soon as a call is done or spin 1 ms
+        first (runtime/kernels/openmp.py): each of the two libraries races once per wait
+        ("onednn/sleep", "onednn/spin"), and the session runs with its winner's
+
+Why the wait is raced: on the quiet 2-core AMD EPYC VM (Firecracker, guest halt polling off)
+a race between sleeping oneDNN and spinning OpenBLAS chose OpenBLAS for BERT-base's products
+(147 against 237 ms) and im2col for ResNet-50's convolutions, where on the same CPU under load,
+when no virtual CPU sits halted, oneDNN had won both (104 against 122 ms; 7.6 against 12.4): a
+worker that sleeps after each product leaves its CPU halted, and the next product waits for it.
 
 Candidates take turns, round after round, and each keeps its best time per shape, so a burst of
 load from another process on a shared machine costs all of them alike. A GEMM candidate is timed
@@ -46,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from runtime.kernels import compiled, gemm, libraries, onednn, onednn_matmul
+from runtime.kernels import compiled, gemm, libraries, onednn, onednn_matmul, openmp
 
 # Below this many GEMM FLOPs a run, a model's products take too little time to rank libraries
 # by; the machine's choice on REFERENCE_GEMM_SHAPES is used.
@@ -56,6 +66,9 @@ REFERENCE_GEMM_SHAPES = [(128, 768, 2304, 1), (128, 768, 768, 1), (128, 768, 307
 MAX_SHAPES = 4  # the largest shapes by their share of a run's FLOPs; enough to rank libraries
 ROUNDS = 8  # timed calls per candidate and shape; the median counts
 _SETTLE_S = 0.15  # before each candidate's block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
+_OPENMP_SETTLE_S = 0.01  # after an OpenMP library's block: its workers spin 1 ms at most
+CONV_ROUNDS = 4  # a ResNet-50 round is ~24 distinct convolutions, 50-70 ms per candidate
+MAX_CONVS = 32  # distinct convolutions timed, the costliest shares first (ResNet-50 has 24)
 DYNAMIC_ROWS = 128  # rows assumed for a product whose A has symbolic dimensions
 _VECTOR_EXTENSIONS = (
     "sse4_2",
@@ -79,7 +92,7 @@ _HANDICAP = {"numpy": 1.1}
 _HANDICAP_NOTE = "10% (its workers spin between products)"
 # What a race times, per family; part of the cache key, so that a cached result measured another
 # way is measured again.
-_TIMED = {"gemm": "product, then a one-thread pass over its output", "conv": "convolution"}
+_TIMED = {"gemm": "product, then a one-thread pass over its output", "conv": "every distinct convolution, weighted by its count"}
 _cache_lock = threading.Lock()
 _SEEN: dict[tuple[str, str], dict] = {}  # this process's reads and measurements, by (cache file, key)
 
@@ -96,11 +109,12 @@ class CpuInfo:
 
 @dataclass(frozen=True)
 class KernelChoice:
-    family: str  # "gemm" or "conv"
+    family: str  # "gemm", "conv" or "wait"
     library: str
     reason: str
     timings_ms: dict[str, float] = field(default_factory=dict)  # candidate -> ms over `shapes`
     shapes: list[list[int]] = field(default_factory=list)  # what was timed
+    wait: str | None = None  # how the winner's OpenMP workers waited ("sleep", "spin"); None: no OpenMP
 
 
 @dataclass(frozen=True)
@@ -109,11 +123,12 @@ class KernelChoices:
     threads: int
     gemm: KernelChoice
     conv: KernelChoice
+    wait: KernelChoice  # how MKL's and oneDNN's idle workers wait between calls
 
     def libraries(self) -> dict[str, str]:
         """{family: library} for the CPU kernels to read; empty on a GPU backend, whose kernels
         have no choice to make."""
-        chosen = {"gemm": self.gemm.library, "conv": self.conv.library}
+        chosen = {"gemm": self.gemm.library, "conv": self.conv.library, "wait": self.wait.library}
         return {f: lib for f, lib in chosen.items() if lib in libraries.CANDIDATES[f]}
 
     def as_dict(self) -> dict:
@@ -121,7 +136,8 @@ class KernelChoices:
 
     def __str__(self) -> str:
         return (
-            f"gemm: {self.gemm.library} ({self.gemm.reason}); conv: {self.conv.library} ({self.conv.reason})"
+            f"gemm: {self.gemm.library} ({self.gemm.reason}); conv: {self.conv.library} ({self.conv.reason}); "
+            f"wait: {self.wait.library} ({self.wait.reason})"
         )
 
 
@@ -155,14 +171,29 @@ def choose(
     if backend_name != "cpu":
         off = f"the {backend_name} backend runs its own kernels"
         return KernelChoices(
-            cpu, threads, KernelChoice("gemm", backend_name, off), KernelChoice("conv", backend_name, off)
+            cpu, threads, *(KernelChoice(family, backend_name, off) for family in ("gemm", "conv", "wait"))
         )
-    return KernelChoices(
-        cpu,
-        threads,
-        _choose_gemm(model, cpu, threads, fixed.get("gemm")),
-        _choose_conv(model, cpu, threads, fixed.get("conv")),
-    )
+    gemm_choice = _choose_gemm(model, cpu, threads, fixed.get("gemm"))
+    conv_choice = _choose_conv(model, cpu, threads, fixed.get("conv"))
+    return KernelChoices(cpu, threads, gemm_choice, conv_choice, _choose_wait(gemm_choice, conv_choice, fixed.get("wait")))
+
+
+def _choose_wait(gemm_choice: KernelChoice, conv_choice: KernelChoice, fixed: str | None) -> KernelChoice:
+    """The OpenMP wait the chosen libraries were fastest with: the convolutions' where oneDNN
+    runs them (they were timed on the model's own nodes, where the products may have been timed
+    on BERT-base's shapes), else the products'."""
+    if fixed is not None:
+        return KernelChoice("wait", fixed, "set by SessionOptions.kernel_libraries")
+    if not openmp.available():
+        return KernelChoice("wait", "sleep", "no Intel OpenMP runtime here (the mkl extra) to set it on")
+    if openmp.user_blocktime() is not None:
+        return KernelChoice("wait", "sleep", f"not chosen: KMP_BLOCKTIME={openmp.user_blocktime()} set by the user holds")
+    for choice in (conv_choice, gemm_choice):
+        if choice.wait is not None:
+            return KernelChoice(
+                "wait", choice.wait, f"{choice.family} on {choice.library} was fastest with its workers' {choice.wait}"
+            )
+    return KernelChoice("wait", "sleep", "no OpenMP library chosen (the default)")
 
 
 # ---- products against constant weights ------------------------------------------------------
@@ -172,6 +203,24 @@ def gemm_candidates() -> list[str]:
     """The GEMM libraries this process can load, in tie-breaking order."""
     loadable = {"mkl-packed": gemm.available(), "onednn": onednn.available(), "numpy": True}
     return [name for name in libraries.CANDIDATES["gemm"] if loadable[name]]
+
+
+_OPENMP_LIBRARIES = ("mkl-packed", "onednn")
+
+
+def _with_waits(candidates: list[str]) -> list[str]:
+    """The race's entrants: each OpenMP library once per wait ("onednn/spin", "onednn/sleep"),
+    since which wait is faster depends on the machine (runtime/kernels/openmp.py)."""
+    if not openmp.settable():
+        return candidates
+    return [f"{c}/{wait}" if c in _OPENMP_LIBRARIES else c for c in candidates
+            for wait in (openmp.WAITS if c in _OPENMP_LIBRARIES else [None])]  # fmt: skip
+
+
+def _split(entrant: str) -> tuple[str, str | None]:
+    """("onednn", "spin") from "onednn/spin"; ("numpy", None) from "numpy"."""
+    library, _, wait = entrant.partition("/")
+    return library, wait or None
 
 
 def gemm_shapes(model: ir.Model) -> list[tuple[int, int, int, int]]:
@@ -250,6 +299,7 @@ def _time_gemm(library: str, shape) -> Callable[[], object]:
     fastest of 10 runs each); with the pass in the timing it loses there, as it should, and
     on an idle machine, where the spinning worker has a core of its own, the pass costs every
     library alike."""
+    library, wait = _split(library)
     m, k, n, _ = shape
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -266,7 +316,8 @@ def _time_gemm(library: str, shape) -> Callable[[], object]:
         product = partial(np.matmul, a, b)
 
     def call():
-        compiled.bias_gelu_rows(product(), bias, after)
+        with openmp.waiting(wait):
+            compiled.bias_gelu_rows(product(), bias, after)
 
     return call
 
@@ -274,10 +325,12 @@ def _time_gemm(library: str, shape) -> Callable[[], object]:
 # ---- channels-last convolutions --------------------------------------------------------------
 
 
-def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], float]]:
-    """The NhwcFusedConv nodes oneDNN could run (float32 constant weight, an input shape static
-    but for the batch, taken as 1), with their input shape and FLOPs a run, largest first."""
-    found = []
+def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], int]]:
+    """The distinct NhwcFusedConv nodes oneDNN could run (float32 constant weight, an input shape
+    static but for the batch, taken as 1): one node per distinct convolution (input and weight
+    shape, attributes, residual or not), with its input shape and how many nodes share it,
+    costliest share of a run first."""
+    found: dict[tuple, list] = {}
     for node in model.graph:
         if node.op_type != "NhwcFusedConv" or len(node.inputs) < 2:
             continue
@@ -297,10 +350,29 @@ def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], float]]
         ]  # batch 1
         if not all(isinstance(d, int) for d in shape):
             continue
-        weight = w.const_value.numpy()
-        pixels = math.prod(shape[:-1])  # output size, up to the stride: enough to rank them
-        found.append((node, tuple(shape), 2.0 * pixels * weight.size))
-    return sorted(found, key=lambda item: -item[2])
+        key = (tuple(shape), _conv_signature(node))
+        if key in found:
+            found[key][2] += 1
+        else:
+            found[key] = [node, tuple(shape), 1]
+    return sorted((tuple(item) for item in found.values()), key=lambda item: -_conv_flops(*item))
+
+
+def _conv_signature(node: ir.Node) -> tuple:
+    """What makes two convolutions of one input shape the same work: the weight's shape, the
+    attributes (strides, pads, group, activation) and whether a residual Z is added."""
+    attributes = tuple(sorted((name, repr(attribute.value)) for name, attribute in node.attributes.items()))
+    residual = len(node.inputs) > 3 and node.inputs[3] is not None
+    return (tuple(node.inputs[1].shape), attributes, residual)
+
+
+def _conv_flops(node: ir.Node, shape: tuple[int, ...], count: int) -> float:
+    """2 x output positions x weight size x count; the output's positions from the strides
+    (a stride-2 convolution does a quarter of the work its input size suggests)."""
+    strides = node.attributes.get("strides")
+    steps = list(strides.value) if strides is not None else [1] * (len(shape) - 2)
+    positions = shape[0] * math.prod(-(-size // step) for size, step in zip(shape[1:-1], steps, strict=False))
+    return 2.0 * positions * node.inputs[1].const_value.numpy().size * count
 
 
 def _choose_conv(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None) -> KernelChoice:
@@ -309,29 +381,31 @@ def _choose_conv(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None)
         if fixed not in candidates:
             raise ValueError(f"kernel_libraries conv={fixed!r} is not loadable here; loadable: {candidates}")
         return KernelChoice("conv", fixed, "set by SessionOptions.kernel_libraries")
-    nodes = _conv_nodes(model)
+    nodes = _conv_nodes(model)[:MAX_CONVS]
     if len(candidates) == 1:
         return KernelChoice("conv", candidates[0], f"the only one loadable ({onednn.unavailable_reason()})")
     if not nodes:
         return KernelChoice("conv", candidates[0], "no channels-last convolution with static shapes to time")
-    shapes = [(node, shape, 1) for node, shape, _ in nodes[:3]]
     opset = model.opset_imports.get("com.microsoft", 1)
     return _measured(
-        "conv", candidates, shapes, cpu, threads, lambda lib, item: _time_conv(lib, item, opset),
-        f"the model's {len(shapes)} largest channels-last convolutions",
+        "conv", candidates, nodes, cpu, threads, lambda lib, item: _time_conv(lib, item, opset),
+        f"the model's {len(nodes)} distinct channels-last convolutions ({sum(n[2] for n in nodes)} nodes)",
+        min(ROUNDS, CONV_ROUNDS),
     )  # fmt: skip
 
 
 def _time_conv(library: str, item, opset: int) -> Callable[[], object]:
     from runtime.kernels.conv_nhwc import NhwcFusedConv
 
+    library, wait = _split(library)
     node, shape, _ = item
     kernel = NhwcFusedConv(node, opset)
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
     inputs = [x] + [None if v is None else v.const_value.numpy() for v in node.inputs[1:3]]
+    chosen = {"conv": library} if wait is None else {"conv": library, "wait": wait}
 
     def call():
-        with libraries.using({"conv": library}):
+        with libraries.using(chosen):
             return kernel.run(*inputs)
 
     if len(node.inputs) > 3 and node.inputs[3] is not None:  # Z, the residual: zeros of Y's shape
@@ -342,24 +416,25 @@ def _time_conv(library: str, item, opset: int) -> Callable[[], object]:
 # ---- measuring and caching -------------------------------------------------------------------
 
 
-def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> KernelChoice:
+def _measured(family, libraries_here, shapes, cpu, threads, make_call, scope, rounds=None) -> KernelChoice:
+    candidates = _with_waits(libraries_here)
     described = [list(_shape_key(s)) for s in shapes]
     key = json.dumps(
         {"cpu": cpu.model, "ext": cpu.extensions, "threads": threads, "family": family,
          "candidates": {c: _version(c) for c in candidates}, "shapes": described,
-         "timed": _TIMED[family]},
+         "timed": _TIMED[family], "rounds": rounds or ROUNDS},
         sort_keys=True,
     )  # fmt: skip
     cache = _cache_path()
     entry = _SEEN.get((str(cache), key)) or _read_cache(cache).get(key)
     if entry is None:
         try:
-            timings = _race(candidates, shapes, make_call)
+            timings = _race(candidates, shapes, make_call, rounds)
         except (ValueError, TypeError, IndexError, RuntimeError, ArithmeticError) as error:
             # Shapes or constants an invalid model contradicts itself with: nothing to time. The
             # kernels then refuse the node by name when the plan builds them (a GraphPlanError).
             return KernelChoice(
-                family, candidates[0], f"not measured: timing {scope} failed ({type(error).__name__}: {error})"
+                family, libraries_here[0], f"not measured: timing {scope} failed ({type(error).__name__}: {error})"
             )
         entry = {"timings_ms": timings, "measured": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
         _write_cache(cache, key, entry)
@@ -368,32 +443,38 @@ def _measured(family, candidates, shapes, cpu, threads, make_call, scope) -> Ker
         where = f"measured {entry['measured']}, cached in {cache}"
     _SEEN[(str(cache), key)] = entry
     timings = entry["timings_ms"]
-    library = min(candidates, key=lambda c: (timings[c] * _HANDICAP.get(c, 1.0), candidates.index(c)))
+    winner = min(candidates, key=lambda c: (timings[c] * _HANDICAP.get(c, 1.0), candidates.index(c)))
     ranking = ", ".join(f"{c} {timings[c]:.2f} ms" for c in sorted(candidates, key=timings.get))
     handicaps = [c for c in candidates if c in _HANDICAP and len(candidates) > 1]
     note = f"; {', '.join(handicaps)} must win by {_HANDICAP_NOTE}" if handicaps else ""
     reason = f"fastest on {scope}: {ranking} ({where}{note})"
-    return KernelChoice(family, library, reason, dict(timings), described)
+    library, wait = _split(winner)
+    return KernelChoice(family, library, reason, dict(timings), described, wait)
 
 
 def _shape_key(shape) -> tuple:
-    if isinstance(shape[0], ir.Node):  # a convolution: its input shape and weight's
-        node, x_shape, _ = shape
-        return (*x_shape, *node.inputs[1].shape)
+    if isinstance(shape[0], ir.Node):  # a convolution: its input shape, weight's, strides, count
+        node, x_shape, count = shape
+        strides = node.attributes.get("strides")
+        steps = tuple(strides.value) if strides is not None else ()
+        return (*x_shape, *node.inputs[1].shape, *steps, count)
     return tuple(shape)
 
 
-def _race(candidates, shapes, make_call) -> dict[str, float]:
+def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str, float]:
     """ms a run of `shapes` (each weighted by its count) takes on each candidate: per shape, the
-    median of ROUNDS timed calls.
+    median of `rounds` (ROUNDS) timed calls.
 
     One candidate at a time, as a session runs one: timed in turn, call by call, each library's
     idle thread pool took cores from the next (oneDNN's products for a BERT-base layer measured
     8.5 ms on their own and 15-18 when MKL's calls alternated with them). So each round times
-    every candidate in a block of its own, after a pause (OpenBLAS's workers spin for a while
-    after each call) and an untimed call that wakes its threads; the order reverses from one
-    round to the next, so that a change in the machine's load during the measurement weighs on
-    every candidate alike.
+    every candidate in a block of its own, after a pause (OpenBLAS's workers spin for ~0.1 s
+    after each call; MKL's and oneDNN's for 1 ms at most, so a block after theirs waits less)
+    and an untimed call that wakes its threads; the order reverses from one round to the next,
+    so that a change in the machine's load during the measurement weighs on every candidate
+    alike. Inside a block the calls follow one another as a model's products do, each with the
+    one-thread pass after it, so a library whose workers sleep between calls pays for waking
+    them as a session would.
 
     The median, not the best time: a session pays for the typical call. On the loaded 2-core
     Xeon, OpenBLAS's best products matched MKL's (BERT-base's fastest nodes summed to 139 ms
@@ -403,9 +484,11 @@ def _race(candidates, shapes, make_call) -> dict[str, float]:
     """
     calls = {c: [make_call(c, shape) for shape in shapes] for c in candidates}
     samples: dict[str, list[list[float]]] = {c: [[] for _ in shapes] for c in candidates}
-    for index in range(ROUNDS):
+    previous = None
+    for index in range(rounds or ROUNDS):
         for c in candidates if index % 2 == 0 else candidates[::-1]:
-            time.sleep(_SETTLE_S)
+            time.sleep(_settle_s(previous))
+            previous = c
             calls[c][0]()  # wakes the library's threads (and, the first time, builds primitives)
             if index == 0:
                 for call in calls[c][1:]:
@@ -421,8 +504,16 @@ def _race(candidates, shapes, make_call) -> dict[str, float]:
     }
 
 
-def _version(library: str) -> str:
-    distribution = {"mkl-packed": "mkl", "onednn": "onednn-cpu-gomp", "numpy": "numpy"}[library]
+def _settle_s(previous: str | None) -> float:
+    """The pause before a block: OpenBLAS's workers spin for ~0.1 s after its last call, MKL's
+    and oneDNN's for at most the 1 ms of the "spin" wait."""
+    if previous is not None and _split(previous)[0] in _OPENMP_LIBRARIES:
+        return min(_SETTLE_S, _OPENMP_SETTLE_S)
+    return _SETTLE_S
+
+
+def _version(entrant: str) -> str:
+    distribution = {"mkl-packed": "mkl", "onednn": "onednn-cpu-gomp", "numpy": "numpy"}[_split(entrant)[0]]
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

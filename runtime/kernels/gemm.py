@@ -21,7 +21,8 @@ with numpy as before, to the same results within fp32 tolerance.
 
 Threads: MKL's OpenMP workers would spin for 200 ms after each GEMM (KMP_BLOCKTIME's default),
 taking a core from the numpy / numba work between GEMMs (BERT-base: 439 ms a run, against 107
-with 0), so KMP_BLOCKTIME is 0 unless the user set it, before the library loads.
+with 0), so KMP_BLOCKTIME is 0 unless the user set it, before the library loads; a session
+that measured a 1 ms spin faster uses that for its runs (runtime/kernels/openmp.py).
 `set_threads` follows `intra_op_num_threads` like OpenBLAS (runtime/threads.py).
 
 A B packed for one M serves every M (tests/runtime/test_gemm.py checks M = 1 .. 2048) at the
@@ -31,13 +32,12 @@ same speed (packing at M = 1, 16 or 128 measured alike), so one buffer per weigh
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 
 import numpy as np
 import onnx_ir as ir
 
-from runtime.kernels import libraries, onednn, onednn_matmul
+from runtime.kernels import libraries, onednn, onednn_matmul, openmp
 from runtime.kernels.native import wheel_library
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
@@ -63,8 +63,7 @@ def _load() -> ctypes.CDLL | None:
     if path is None:
         _load_error = "the mkl package is not installed (pip install fusionwatch[mkl])"
         return None
-    # Read by libiomp5 when MKL first starts its thread pool, so it must be set before any call.
-    os.environ.setdefault("KMP_BLOCKTIME", "0")
+    openmp.load()  # MKL's threads are libiomp5's, shared with oneDNN (runtime/kernels/openmp.py)
     library = ctypes.CDLL(str(path))
     library.cblas_sgemm_pack_get_size.restype = ctypes.c_size_t
     library.cblas_sgemm_pack_get_size.argtypes = [_int, _int, _int, _int]

@@ -2,7 +2,7 @@
 
 Products against constant weights ("gemm") can run on MKL's packed SGEMM, oneDNN's matmul or
 numpy's BLAS (OpenBLAS); channels-last convolutions ("conv") on oneDNN or im2col + numpy's
-BLAS. Which is fastest depends on the CPU (MKL takes its AVX-512 paths on Intel only), so a
+BLAS; MKL's and oneDNN's OpenMP workers, between calls, sleep or spin a while ("wait"). Which is fastest depends on the CPU (MKL takes its AVX-512 paths on Intel only), so a
 session measures and decides (runtime/kernel_choice.py), then builds and runs its kernels
 inside `using(choices)`; the kernels read `chosen(family)`.
 
@@ -18,10 +18,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from runtime.kernels import openmp
+
 # Candidates per family, in the order a tie goes to (the one the project used before measuring).
 CANDIDATES: dict[str, list[str]] = {
     "gemm": ["mkl-packed", "onednn", "numpy"],
     "conv": ["onednn", "numpy"],
+    # How MKL's and oneDNN's idle OpenMP workers wait between calls (runtime/kernels/openmp.py).
+    "wait": openmp.WAITS,
 }
 
 _CHOSEN: ContextVar[Mapping[str, str] | None] = ContextVar("fusionwatch_kernel_libraries", default=None)
@@ -40,6 +44,7 @@ def using(choices: Mapping[str, str]) -> Iterator[None]:
         raise ValueError(f"unknown kernel libraries {unknown}; the candidates are {CANDIDATES}")
     token = _CHOSEN.set(dict(choices))
     try:
-        yield
+        with openmp.waiting(choices.get("wait")):
+            yield
     finally:
         _CHOSEN.reset(token)

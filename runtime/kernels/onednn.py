@@ -25,9 +25,11 @@ the platform is not x86_64 Linux, the backend is not numpy or the dtype is not f
 `available()` is False and the kernels keep their im2col path, to the same results within fp32
 tolerance (tests/runtime/test_onednn.py runs both).
 
-Threads: oneDNN's OpenMP workers follow `set_threads` (`intra_op_num_threads`); OMP_WAIT_POLICY
-is set to passive unless the user set it, before the library loads, so those workers sleep
-between convolutions instead of spinning beside MKL's and numba's work.
+Threads: oneDNN's OpenMP workers follow `set_threads` (`intra_op_num_threads`). They are Intel
+OpenMP's where the mkl extra is installed (libiomp5 answers oneDNN's GNU OpenMP calls: one pool
+with MKL's, whose wait between calls a session measures: runtime/kernels/openmp.py); else
+libgomp's, with OMP_WAIT_POLICY set to passive unless the user set it, so that those workers
+sleep between convolutions instead of spinning beside numba's work.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import threading
 
 import numpy as np
 
+from runtime.kernels import openmp
 from runtime.kernels.native import wheel_library
 
 _F32 = 3  # dnnl_f32
@@ -110,7 +113,10 @@ def _load() -> ctypes.CDLL | None:
     if path is None:
         _load_error = "the onednn-cpu-gomp package is not installed (pip install fusionwatch[onednn])"
         return None
-    # Read by libgomp when it starts, so it must be set before the library loads.
+    # libiomp5 first and global, so that oneDNN's OpenMP calls run on MKL's pool
+    # (runtime/kernels/openmp.py); without it they bind to libgomp, which reads its wait
+    # policy when it starts, so that must be set before the library loads.
+    openmp.load()
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     try:
         library = ctypes.CDLL(str(path))

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from runtime import InferenceSession, SessionOptions, kernel_choice
-from runtime.kernels import gemm, onednn, onednn_matmul
+from runtime.kernels import gemm, libraries, onednn, onednn_matmul, openmp
 from tests.oracle import MODELS, fixture_feeds, run_onnxruntime
 
 rng = np.random.default_rng(0)
@@ -69,18 +70,27 @@ def test_gemm_shapes_are_the_products_against_constant_weights(a_shape, op, attr
 
 @needs_onednn
 def test_fastest_candidate_is_chosen_cached_and_used(monkeypatch):
-    candidates = kernel_choice.gemm_candidates()
-    fake = {c: (1.0 if c == "onednn" else 5.0) for c in candidates}
+    # With Intel OpenMP loadable, each OpenMP library races once per wait of its workers, and
+    # the winner's wait is the session's.
+    fastest = "onednn/spin" if openmp.settable() else "onednn"
     calls = []
-    monkeypatch.setattr(kernel_choice, "_race", lambda c, s, m: calls.append(s) or fake)
+    monkeypatch.setattr(
+        kernel_choice,
+        "_race",
+        lambda c, s, m, rounds=None: calls.append(s) or {x: (1.0 if x == fastest else 5.0) for x in c},
+    )
     monkeypatch.setattr(kernel_choice, "MIN_MEASURED_GEMM_FLOPS", 0)
     model = _matmul_model([64, 256], 256, 512)
     first = InferenceSession(model, SessionOptions(graph_optimization_level="disabled"))
     assert first.kernel_choices.gemm.library == first.gemm_backend == "onednn"
     assert (
-        "onednn 1.00 ms" in first.kernel_choices.gemm.reason
+        f"{fastest} 1.00 ms" in first.kernel_choices.gemm.reason
         and "measured now" in first.kernel_choices.gemm.reason
     )
+    if openmp.settable():
+        assert set(first.kernel_choices.gemm.timings_ms) >= {"onednn/sleep", "onednn/spin", "numpy"}
+        assert first.kernel_choices.wait.library == "spin" and first.kernel_choices.libraries()["wait"] == "spin"
+        assert "gemm on onednn" in first.kernel_choices.wait.reason
     assert first.kernel_choices.gemm.shapes == [[64, 256, 512, 1]]
     (step,) = first.plan.steps
     assert isinstance(step.kernel.packed, onednn_matmul.MatMulWeight)
@@ -95,7 +105,7 @@ def test_fastest_candidate_is_chosen_cached_and_used(monkeypatch):
 
 def test_small_models_get_the_machines_choice_on_reference_shapes(monkeypatch):
     seen = []
-    monkeypatch.setattr(kernel_choice, "_race", lambda c, s, m: seen.append(s) or {x: 1.0 for x in c})
+    monkeypatch.setattr(kernel_choice, "_race", lambda c, s, m, rounds=None: seen.append(s) or {x: 1.0 for x in c})
     session = InferenceSession(
         _matmul_model([3, 4], 4, 2), SessionOptions(graph_optimization_level="disabled")
     )
@@ -107,8 +117,81 @@ def test_small_models_get_the_machines_choice_on_reference_shapes(monkeypatch):
 def test_a_measurement_runs_every_candidate():
     # Real timings, one round, BERT-base's shapes cut down so the test stays quick.
     shapes = [(16, 64, 96, 2)]
-    timings = kernel_choice._race(kernel_choice.gemm_candidates(), shapes, kernel_choice._time_gemm)
-    assert set(timings) == set(kernel_choice.gemm_candidates()) and all(t > 0 for t in timings.values())
+    entrants = kernel_choice._with_waits(kernel_choice.gemm_candidates())
+    timings = kernel_choice._race(entrants, shapes, kernel_choice._time_gemm)
+    assert set(timings) == set(entrants) and all(t > 0 for t in timings.values())
+    assert {kernel_choice._split(e)[0] for e in entrants} == set(kernel_choice.gemm_candidates())
+
+
+@pytest.mark.skipif(
+    not openmp.settable(), reason="no intel-openmp wheel (the mkl extra), or KMP_BLOCKTIME set in the environment"
+)
+def test_a_sessions_wait_holds_for_its_runs_only():
+    # libiomp5 keeps the blocktime per thread: a session sets its choice for the block it runs,
+    # then puts back what was there, so another session in the process keeps its own.
+    runtime = openmp.load()
+    before = runtime.kmp_get_blocktime()
+    with libraries.using({"wait": "spin"}):
+        assert runtime.kmp_get_blocktime() == openmp.BLOCKTIME_MS["spin"]
+        with libraries.using({"wait": "sleep"}):
+            assert runtime.kmp_get_blocktime() == 0
+        assert runtime.kmp_get_blocktime() == openmp.BLOCKTIME_MS["spin"]
+    assert runtime.kmp_get_blocktime() == before
+    with pytest.raises(ValueError, match="candidates"):
+        with libraries.using({"wait": "forever"}):
+            pass
+
+
+_WITH_THE_USERS_BLOCKTIME = """
+from runtime import kernel_choice
+from runtime.kernels import openmp
+print(kernel_choice._with_waits(["onednn", "numpy"]))
+with openmp.waiting("spin"):
+    print(openmp.load().kmp_get_blocktime())
+"""
+
+
+@pytest.mark.skipif(not openmp.available(), reason="the intel-openmp wheel (the mkl extra) is not installed")
+def test_a_blocktime_the_user_set_is_neither_raced_nor_overridden():
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WITH_THE_USERS_BLOCKTIME], capture_output=True, text=True, check=True,
+        env={**os.environ, "KMP_BLOCKTIME": "7"},
+    )  # fmt: skip
+    assert done.stdout.split("\n")[:2] == ["['onednn', 'numpy']", "7"]
+
+
+_THREADS_AFTER_EACH_LIBRARY = """
+import os, numpy as np
+from runtime.kernels import gemm, onednn, onednn_matmul
+onednn.available()  # oneDNN loads first, before MKL, as a model with convolutions only has it
+from runtime.threads import limit_blas_threads
+limit_blas_threads(2)
+a = np.ones((256, 256), np.float32)
+gemm.matmul_packed(a, gemm.PackedWeight(a))
+after_mkl = len(os.listdir("/proc/self/task"))
+onednn_matmul.MatMulWeight(a).matmul(a)
+print(after_mkl, len(os.listdir("/proc/self/task")))
+"""
+
+
+@needs_onednn
+@pytest.mark.skipif(not openmp.available(), reason="the intel-openmp wheel (the mkl extra) is not installed")
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="no /proc to count threads in (not Linux)")
+def test_onednn_runs_on_the_intel_openmp_pool():
+    # oneDNN's GNU OpenMP calls bind to libiomp5 (loaded first, globally), so its products run
+    # on the worker MKL's started, and the wait a session sets reaches them: no new thread.
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS_AFTER_EACH_LIBRARY], capture_output=True, text=True, check=True
+    )
+    after_mkl, after_onednn = (int(n) for n in done.stdout.split())
+    assert after_mkl >= 2 and after_onednn == after_mkl
 
 
 def test_the_race_goes_by_the_typical_call_not_the_luckiest(monkeypatch):
@@ -150,7 +233,7 @@ def test_fixed_libraries_are_not_measured_and_unknown_ones_refused(monkeypatch):
         graph_optimization_level="disabled", kernel_libraries={"gemm": "numpy", "conv": "numpy"}
     )
     session = InferenceSession(_matmul_model([64, 256], 256, 512), options)
-    assert session.kernel_choices.libraries() == {"gemm": "numpy", "conv": "numpy"}
+    assert session.kernel_choices.libraries() == {"gemm": "numpy", "conv": "numpy", "wait": "sleep"}
     assert session.kernel_choices.gemm.reason == "set by SessionOptions.kernel_libraries"
     with pytest.raises(ValueError, match="candidates"):
         InferenceSession(_matmul_model([3, 4], 4, 2), SessionOptions(kernel_libraries={"gemm": "blis"}))
@@ -191,8 +274,51 @@ def test_convolutions_are_timed_on_the_models_own_nodes(monkeypatch):
     model = onnx.load(MODELS / "resnet_tiny_opset17.onnx")  # a symbolic batch: timed at 1
     session = InferenceSession(model, SessionOptions(graph_optimization_level="all"))
     conv = session.kernel_choices.conv
-    assert conv.library in ("onednn", "numpy") and set(conv.timings_ms) == {"onednn", "numpy"}
+    assert conv.library in ("onednn", "numpy")
+    assert {kernel_choice._split(entrant)[0] for entrant in conv.timings_ms} == {"onednn", "numpy"}
     assert "convolutions" in conv.reason and conv.shapes
+    # Every convolution of the model is timed, each distinct one once, weighted by its count (a
+    # race over the three largest chose im2col for ResNet-50, whose other 50 run faster on oneDNN).
+    nodes = [node for node in session.model.graph if node.op_type == "NhwcFusedConv"]
+    assert sum(shape[-1] for shape in conv.shapes) == len(nodes)
+    assert f"{len(conv.shapes)} distinct channels-last convolutions ({len(nodes)} nodes)" in conv.reason
+
+
+def _nhwc_conv_model(strides_per_node):
+    """Chained 8-channel NhwcFusedConv nodes on a (1, 16, 16, 8) input, one per given stride."""
+    nodes, initializers, value_infos = [], [], []
+    name, size = "x", 16
+    for index, stride in enumerate(strides_per_node):
+        weight = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), f"w{index}")
+        initializers.append(weight)
+        out = f"y{index}"
+        nodes.append(
+            helper.make_node("NhwcFusedConv", [name, f"w{index}"], [out], domain="com.microsoft",
+                             strides=[stride, stride], pads=[1, 1, 1, 1], activation="Relu")
+        )  # fmt: skip
+        size = (size - 1) // stride + 1
+        value_infos.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, size, size, 8]))
+        name = out
+    graph = helper.make_graph(
+        nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 8])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)], initializer=initializers,
+        value_info=value_infos[:-1],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return ir.from_proto(model)
+
+
+def test_distinct_convolutions_are_timed_once_each_weighted_by_count():
+    # Two stride-1 convolutions of one shape are one entry counted twice; the stride-2 one is
+    # its own entry, its work counted on its output (a quarter of its input's positions).
+    model = _nhwc_conv_model([1, 1, 2])
+    found = kernel_choice._conv_nodes(model)
+    assert len(found) == 2
+    by_stride = {node.attributes["strides"].value[0]: (node, shape, count) for node, shape, count in found}
+    assert by_stride[1][1:] == ((1, 16, 16, 8), 2) and by_stride[2][1:] == ((1, 16, 16, 8), 1)
+    # two nodes of 16x16 outputs against one of 8x8
+    assert kernel_choice._conv_flops(*by_stride[1]) == 8 * kernel_choice._conv_flops(*by_stride[2])
+    assert found[0] == by_stride[1]  # the costliest share first
     assert gemm.backend_name() in ("mkl-packed", "numpy")  # outside the session: the default again
 
 
@@ -205,6 +331,8 @@ def test_a_gpu_backend_makes_no_cpu_library_choice():
 @needs_onednn
 def test_numpy_must_win_by_ten_percent(monkeypatch, numpy_ms, winner):
     monkeypatch.setattr(kernel_choice, "gemm_candidates", lambda: ["onednn", "numpy"])
-    monkeypatch.setattr(kernel_choice, "_race", lambda c, s, m: {"onednn": 10.0, "numpy": numpy_ms})
+    monkeypatch.setattr(
+        kernel_choice, "_race", lambda c, s, m, rounds=None: {x: numpy_ms if x == "numpy" else 10.0 for x in c}
+    )
     session = InferenceSession(_matmul_model([3, 4], 4, 2), SessionOptions(graph_optimization_level="disabled"))
     assert session.gemm_backend == winner and "must win by 10%" in session.kernel_choices.gemm.reason
