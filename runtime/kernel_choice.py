@@ -194,7 +194,7 @@ def _choose_wait(gemm_choice: KernelChoice, conv_choice: KernelChoice, fixed: st
             return KernelChoice(
                 "wait", choice.wait, f"{choice.family} on {choice.library} was fastest with its workers' {choice.wait}"
             )
-    return KernelChoice("wait", "sleep", "no OpenMP library chosen (the default)")
+    return KernelChoice("wait", "sleep", "the default: no OpenMP library was raced with its waits here")
 
 
 # ---- products against constant weights ------------------------------------------------------
