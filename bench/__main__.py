@@ -38,6 +38,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from bench.gemm_micro import call_times_ms
 from bench.models import MODELS, model_path
 from optimizer import LEVEL_NAMES, optimize, save_model
 
@@ -100,14 +101,7 @@ def ort_initialization_ms(path: Path, threads: int) -> float:
 
 
 def median_ms(run, runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+    return statistics.median(call_times_ms(run, runs, warmup))
 
 
 def bench_optimizer(path: Path, threads: int) -> dict:

@@ -14,10 +14,10 @@ thread does the work alone. The 1-minute load average is printed with each line.
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 
+from bench.gemm_micro import call_times_ms
 from runtime.kernels import compiled, libraries, onednn, onednn_matmul, openmp
 from runtime.threads import limit_blas_threads
 
@@ -51,14 +51,7 @@ def _product():
 
 
 def _times(call, calls: int) -> np.ndarray:
-    for _ in range(5):
-        call()
-    times = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return 1e3 * np.array(times)
+    return np.array(call_times_ms(call, calls))
 
 
 def main() -> None:
