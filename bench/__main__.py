@@ -309,6 +309,13 @@ def main() -> None:
         f"  GEMM libraries loadable: {', '.join(machine['gemm_candidates'])}; each session times them "
         "on its model's shapes (runtime/kernel_choice.py)"
     )
+    from runtime.kernels import openmp
+
+    if openmp.settable():
+        print("  MKL's and oneDNN's OpenMP workers (Intel OpenMP): each library races sleeping and spinning 1 ms"
+              " between calls (runtime/kernels/openmp.py)")  # fmt: skip
+    elif openmp.available():
+        print(f"  MKL's and oneDNN's OpenMP workers: KMP_BLOCKTIME={openmp.user_blocktime()} as set, not raced")
     for name in args.models:
         path = model_path(name)
         result = {"model": name, "machine": machine, "optimizer": bench_optimizer(path, args.threads)}
