@@ -16,8 +16,9 @@ each library this process can load is timed on the model's own shapes, and the f
 Why the wait is raced: on the quiet 2-core AMD EPYC VM (Firecracker, guest halt polling off)
 a race between sleeping oneDNN and spinning OpenBLAS chose OpenBLAS for BERT-base's products
 (147 against 237 ms) and im2col for ResNet-50's convolutions, where on the same CPU under load,
-when no virtual CPU sits halted, oneDNN had won both (104 against 122 ms; 7.6 against 12.4): a
-worker that sleeps after each product leaves its CPU halted, and the next product waits for it.
+when no virtual CPU sits halted, oneDNN had won both (104 against 122 ms; 7.6 against 12.4). The
+likely reason: a worker that sleeps after each product leaves its CPU halted, and the next
+product waits for the hypervisor to run it again; so the race lets each library spin as well.
 
 Candidates take turns, round after round, and each keeps its best time per shape, so a burst of
 load from another process on a shared machine costs all of them alike. A GEMM candidate is timed
