@@ -38,6 +38,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from bench.gemm_micro import call_times_ms
 from bench.models import MODELS, model_path
 from optimizer import LEVEL_NAMES, optimize, save_model
 
@@ -100,14 +101,7 @@ def ort_initialization_ms(path: Path, threads: int) -> float:
 
 
 def median_ms(run, runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+    return statistics.median(call_times_ms(run, runs, warmup))
 
 
 def bench_optimizer(path: Path, threads: int) -> dict:
@@ -315,6 +309,13 @@ def main() -> None:
         f"  GEMM libraries loadable: {', '.join(machine['gemm_candidates'])}; each session times them "
         "on its model's shapes (runtime/kernel_choice.py)"
     )
+    from runtime.kernels import openmp
+
+    if openmp.settable():
+        print("  MKL's and oneDNN's OpenMP workers (Intel OpenMP): each library races sleeping and spinning 1 ms"
+              " between calls (runtime/kernels/openmp.py)")  # fmt: skip
+    elif openmp.available():
+        print(f"  MKL's and oneDNN's OpenMP workers: KMP_BLOCKTIME={openmp.user_blocktime()} as set, not raced")
     for name in args.models:
         path = model_path(name)
         result = {"model": name, "machine": machine, "optimizer": bench_optimizer(path, args.threads)}

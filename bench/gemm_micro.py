@@ -68,6 +68,18 @@ def _onnxruntime_call(shape, threads: int):
     return lambda: compiled.bias_gelu_rows(session.run(None, {"a": a})[0], bias, after)
 
 
+def call_times_ms(call, calls: int, warmup: int = 5) -> list[float]:
+    """ms of each of `calls` calls, after `warmup` untimed ones."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        call()
+        times.append(1e3 * (time.perf_counter() - started))
+    return times
+
+
 def measure(entrant: str, shapes: list[tuple[int, int, int, int]], threads: int, calls: int) -> list[dict]:
     """Time `entrant` on each shape in this process: `calls` timed calls after a warm-up."""
     from runtime import kernel_choice
@@ -80,16 +92,10 @@ def measure(entrant: str, shapes: list[tuple[int, int, int, int]], threads: int,
             call = _onnxruntime_call(shape, threads)
         else:
             call = kernel_choice._time_gemm(entrant, shape)
-        for _ in range(5):
-            call()
-        times = []
-        for _ in range(calls):
-            started = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - started)
+        times = call_times_ms(call, calls)
         m, k, n, count = shape
-        rows.append({"shape": list(shape), "median_ms": 1e3 * statistics.median(times),
-                     "best_ms": 1e3 * min(times), "gflops_best": 2.0 * m * k * n / min(times) / 1e9})  # fmt: skip
+        rows.append({"shape": list(shape), "median_ms": statistics.median(times),
+                     "best_ms": min(times), "gflops_best": 2.0 * m * k * n / min(times) / 1e6})  # fmt: skip
     return rows
 
 

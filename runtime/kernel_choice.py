@@ -16,8 +16,9 @@ each library this process can load is timed on the model's own shapes, and the f
 Why the wait is raced: on the quiet 2-core AMD EPYC VM (Firecracker, guest halt polling off)
 a race between sleeping oneDNN and spinning OpenBLAS chose OpenBLAS for BERT-base's products
 (147 against 237 ms) and im2col for ResNet-50's convolutions, where on the same CPU under load,
-when no virtual CPU sits halted, oneDNN had won both (104 against 122 ms; 7.6 against 12.4): a
-worker that sleeps after each product leaves its CPU halted, and the next product waits for it.
+when no virtual CPU sits halted, oneDNN had won both (104 against 122 ms; 7.6 against 12.4). The
+likely reason: a worker that sleeps after each product leaves its CPU halted, and the next
+product waits for the hypervisor to run it again; so the race lets each library spin as well.
 
 Candidates take turns, round after round, and each keeps its best time per shape, so a burst of
 load from another process on a shared machine costs all of them alike. A GEMM candidate is timed
@@ -67,6 +68,7 @@ MAX_SHAPES = 4  # the largest shapes by their share of a run's FLOPs; enough to 
 ROUNDS = 8  # timed calls per candidate and shape; the median counts
 _SETTLE_S = 0.15  # before each candidate's block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
 _OPENMP_SETTLE_S = 0.01  # after an OpenMP library's block: its workers spin 1 ms at most
+_HOPELESS = 2.0  # after two rounds, an entrant this many times slower than the fastest stops
 CONV_ROUNDS = 4  # a ResNet-50 round is ~24 distinct convolutions, 50-70 ms per candidate
 MAX_CONVS = 32  # distinct convolutions timed, the costliest shares first (ResNet-50 has 24)
 DYNAMIC_ROWS = 128  # rows assumed for a product whose A has symbolic dimensions
@@ -193,7 +195,7 @@ def _choose_wait(gemm_choice: KernelChoice, conv_choice: KernelChoice, fixed: st
             return KernelChoice(
                 "wait", choice.wait, f"{choice.family} on {choice.library} was fastest with its workers' {choice.wait}"
             )
-    return KernelChoice("wait", "sleep", "no OpenMP library chosen (the default)")
+    return KernelChoice("wait", "sleep", "the default: no OpenMP library was raced with its waits here")
 
 
 # ---- products against constant weights ------------------------------------------------------
@@ -481,12 +483,23 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
     against 142) while its model runs took 956 ms at the median against MKL's 292: its threads
     wait for each other by spinning, which on a machine with more runnable threads than cores
     now and then stalls a product for a whole time slice. A best-of race chose it half the time.
+
+    An entrant more than `_HOPELESS` times slower than the fastest after two rounds (one in each
+    order) runs no more rounds: no handicap or later round would make it win, and on a loaded
+    machine OpenBLAS's im2col alone took 1.2 s a round of ResNet-50's convolutions. Its time is
+    the median of the rounds it ran.
     """
     calls = {c: [make_call(c, shape) for shape in shapes] for c in candidates}
     samples: dict[str, list[list[float]]] = {c: [[] for _ in shapes] for c in candidates}
+    weights = [shape[-1] for shape in shapes]
+
+    def total_ms(c: str) -> float:
+        return round(1e3 * sum(statistics.median(t) * w for t, w in zip(samples[c], weights, strict=True)), 4)
+
+    running = list(candidates)
     previous = None
     for index in range(rounds or ROUNDS):
-        for c in candidates if index % 2 == 0 else candidates[::-1]:
+        for c in running if index % 2 == 0 else running[::-1]:
             time.sleep(_settle_s(previous))
             previous = c
             calls[c][0]()  # wakes the library's threads (and, the first time, builds primitives)
@@ -497,11 +510,10 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
                 started = time.perf_counter()
                 call()
                 times.append(time.perf_counter() - started)
-    weights = [shape[-1] for shape in shapes]
-    return {
-        c: round(1e3 * sum(statistics.median(t) * w for t, w in zip(samples[c], weights, strict=True)), 4)
-        for c in candidates
-    }
+        if index == 1:  # both orders seen: an entrant far behind cannot win; it stops here
+            fastest = min(total_ms(c) for c in running)
+            running = [c for c in running if total_ms(c) <= _HOPELESS * fastest]
+    return {c: total_ms(c) for c in candidates}
 
 
 def _settle_s(previous: str | None) -> float:

@@ -9,19 +9,23 @@ this module's settings do nothing (`available()` is False).
 
 How long a worker spins after a parallel region before it sleeps (Intel OpenMP's blocktime) is
 a measured choice (runtime/kernel_choice.py), the two candidates being:
-  "sleep"  0 ms: a worker sleeps as soon as its product is done, leaving the core to the
-           single-thread passes between products and to other processes. On a loaded
-           machine this is what wins (KMP_BLOCKTIME's 200 ms default made BERT-base 4x
-           slower on the loaded 2-core Xeon: runtime/kernels/gemm.py).
+  "sleep"  0 ms, the default and what the project ran before: a worker sleeps as soon as its
+           call is done, leaving the core to the single-thread passes between products and
+           to other processes (KMP_BLOCKTIME's own 200 ms made BERT-base 4x slower on the
+           loaded 2-core Xeon: runtime/kernels/gemm.py).
   "spin"   1 ms: a worker spins through the short single-thread passes between a model's
-           products (0.05-0.6 ms on BERT-base) and starts the next product at once, as
-           onnxruntime's and OpenBLAS's spinning workers do. On a quiet VM a sleeping worker
-           leaves its virtual CPU halted, and every product then waits for the hypervisor to
-           run that CPU again (this Firecracker guest has halt polling off:
-           haltpoll.guest_halt_poll_ns=0), a wait paid once per product.
-The race times each OpenMP library with both; `using` applies the session's choice to the
-calling thread's parallel regions for the duration of a run (libiomp5 keeps blocktime per
-thread), so sessions with different choices do not disturb one another.
+           products (0.05-0.6 ms on BERT-base) and starts the next call at once, as
+           onnxruntime's and OpenBLAS's spinning workers do. A sleeping worker has to be
+           woken for every call, and the call waits for it (`python -m bench.openmp_wait`
+           counts the calls that had both threads working).
+           On a quiet VM the idle virtual CPU of a sleeping worker halts (this Firecracker
+           guest has halt polling off: haltpoll.guest_halt_poll_ns=0), and a race there
+           measured oneDNN's BERT-base products, workers sleeping, at 237 ms against 104 on
+           the same CPU under load, where no CPU sits idle.
+The race times each OpenMP library with both; `waiting` (which `libraries.using` enters) applies
+the session's choice to the calling thread's parallel regions for the duration of a run
+(libiomp5 keeps blocktime per thread), so sessions with different choices do not disturb one
+another.
 """
 
 from __future__ import annotations

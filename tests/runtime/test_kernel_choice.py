@@ -215,6 +215,27 @@ def test_the_race_goes_by_the_typical_call_not_the_luckiest(monkeypatch):
     assert timings["erratic"] >= 2 * 0.012 * 1e3 * 0.9  # the median call, counted twice
 
 
+def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
+    # "slow" takes 4x "quick"'s time: after a round in each order it is out, its time the median
+    # of the rounds it ran; "close" (1.25x) runs all six.
+    monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
+    monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
+    counts = {"quick": 0, "close": 0, "slow": 0}
+    pause = {"quick": 0.004, "close": 0.005, "slow": 0.016}
+
+    def make_call(library, shape):
+        def call():
+            counts[library] += 1
+            time.sleep(pause[library])
+
+        return call
+
+    timings = kernel_choice._race(["quick", "close", "slow"], [(1, 1, 1, 1)], make_call)
+    # per round, one call that wakes the threads and one timed
+    assert counts == {"quick": 12, "close": 12, "slow": 4}
+    assert timings["slow"] >= 2 * timings["quick"] and timings["quick"] < timings["close"]
+
+
 def test_gemm_race_times_the_pass_after_each_product(monkeypatch):
     # The one-thread pass a model runs after a product is part of what is timed (see
     # `_time_gemm`): its output, not only the product's, is written by the call.
