@@ -3,10 +3,11 @@ canary, unchanged code) and the alerts' life over a series (suspected, confirmed
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from service.alerts import timing
-from service.stats import mann_whitney_greater
+from service.stats import mann_whitney_greater, successive_spread
 from tests.service.receiver import Receiver
 
 # 30 samples around 1 ms with a within-job spread of a few percent; JOB_WOBBLE moves whole jobs by ±1%.
@@ -26,6 +27,16 @@ def test_mann_whitney_matches_scipy_asymptotic_with_ties():
     # scipy.stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue, and the reverse
     assert mann_whitney_greater(x, y) == pytest.approx(0.011398423024856226, rel=1e-9)
     assert mann_whitney_greater(y, x) == pytest.approx(0.9919562922451326, rel=1e-9)
+
+
+def test_successive_spread_is_the_standard_deviation_and_ignores_a_level_shift():
+    values = np.random.default_rng(0).normal(10.0, 2.0, 20_000)
+    assert successive_spread(values) == pytest.approx(2.0, rel=0.03)
+    shifted = np.concatenate([values[:10_000], values[10_000:] + 50])  # a step of 25 standard deviations
+    assert successive_spread(shifted) == pytest.approx(2.0, rel=0.03)
+    # An alternating sequence: differences of +2 and -2; about their median (+2) the spread would be 0.
+    assert successive_spread([1.0, 3.0] * 20) == pytest.approx(1.4826 * 2 / 2**0.5)
+    assert successive_spread([1.0]) == 0.0
 
 
 def test_a_step_beyond_the_bar_regresses_and_one_inside_does_not():
