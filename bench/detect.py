@@ -33,6 +33,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from bench.detect_diagnose import diagnose
 from bench.tokens import bench_token
 from service import migrate
 from service.app import create_app
@@ -146,7 +147,10 @@ def run(args) -> dict:
     engine = make_engine(url)
     try:
         with make_session_factory(engine)() as session:
-            return {**score(session, truth, args, meta), "remeasured": remeasured}
+            report = {**score(session, truth, args, meta), "remeasured": remeasured}
+            if args.diagnose:
+                diagnose(session, truth, report, report["timing"]["big_step_misses"])
+            return report
     finally:
         engine.dispose()
         shutil.rmtree(tmp, ignore_errors=True)  # in /dev/shm: memory, not disk
@@ -175,6 +179,7 @@ def score(session, truth: dict, args, meta: dict) -> dict:
     by_step = defaultdict(lambda: {"n": 0, "within2": 0, "any": 0, "delays": []})
     false_alarms, true_alerts, false_by_kind = 0, 0, defaultdict(int)
     by_source = defaultdict(lambda: {"false": 0, "big": 0, "big_within2": 0})
+    big_misses = []
     for k, t in truth.items():
         row = by_step[t["step"]]
         row["n"] += 1
@@ -192,6 +197,8 @@ def score(session, truth: dict, args, meta: dict) -> dict:
             row["delays"].append(delay)
             row["within2"] += delay <= 2
             source["big_within2"] += delay <= 2 and t["step"] >= 0.10
+        if t["step"] >= 0.10 and not (matched and delay <= 2):
+            big_misses.append(list(k))
     total_alerts = true_alerts + false_alarms
     report = {
         "cpu": meta["cpu"], "cores": meta["cores"], "series": len(truth), "commits": args.commits,
@@ -212,6 +219,7 @@ def score(session, truth: dict, args, meta: dict) -> dict:
                 **meta["series"][i], "series": sum(t["source"] == i for t in truth.values()),
                 "false_alarms": r["false"], "recall_10pct_up_within_2": r["big_within2"] / r["big"] if r["big"] else None,
             } for i, r in sorted(by_source.items())],
+            "big_step_misses": big_misses,
         },
     }
     return report
@@ -250,6 +258,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=10)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="for each step of 10%% or more missed within 2 commits, print its jobs against the bar")
     args = parser.parse_args()
     report = run(args)
     print_report(report)

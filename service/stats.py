@@ -67,9 +67,12 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def robust_spread(values: list[float] | np.ndarray) -> float:
-    """1.4826 × the median absolute deviation: the standard deviation for normal data, not moved by an outlier."""
+def successive_spread(values: list[float] | np.ndarray) -> float:
+    """The spread of a sequence from its successive differences: 1.4826 × their median absolute value / √2,
+    the standard deviation for independent normal values, moved by neither an outlier nor a level shift.
+    The differences are taken about zero, not about their median: a sequence that alternates (low,
+    high, low) has differences of both signs, and the spread about their median would be near zero."""
     values = np.asarray(values, dtype=np.float64)
-    if len(values) == 0:
+    if len(values) < 2:
         return 0.0
-    return float(1.4826 * np.median(np.abs(values - np.median(values))))
+    return float(1.4826 * np.median(np.abs(np.diff(values))) / math.sqrt(2))

@@ -24,7 +24,8 @@ KIND = "timing-regression"
 
 def measured_ancestry(session: Session, result: Result, policy: timing.TimingPolicy) -> list[Result]:
     """The measured ancestors a window is drawn from, nearest first (service/usecases/baselines.py). Five
-    windows' worth: baseline_window skips suspected alerts that were never confirmed."""
+    windows' worth: baseline_window skips suspected alerts that were never confirmed, and the decision
+    estimates the series' job-to-job noise from all of them (`timing.decide`'s history)."""
     return measured_ancestors(session, result, limit=policy.window * 5)
 
 
@@ -91,7 +92,7 @@ def evaluate(
     if not window:
         return []
     verdict = timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct,
-                            code_changed(result, window[0]), policy)
+                            code_changed(result, window[0]), policy, [as_job(r) for r in ancestry])
     if verdict is None or not verdict.regressed:
         return []
     baseline_commit = session.get(Commit, window[0].commit_id)
@@ -125,12 +126,13 @@ def _confirm_if_agrees(
     """Confirm `alert` when `result` crosses the bar against the window the alert was raised on, by about
     the same amount (`timing.agree`)."""
     alerted = session.get(Result, alert.result_id)
-    window = baseline_window(measured_ancestry(session, alerted, policy), alerts, policy.window)
+    ancestry = measured_ancestry(session, alerted, policy)
+    window = baseline_window(ancestry, alerts, policy.window)
     if not window:
         return []
-    jobs, changed = [as_job(r) for r in window], code_changed(alerted, window[0])
-    first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy)
-    verdict = timing.decide(as_job(result), jobs, threshold_pct, changed, policy)
+    jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window[0]), [as_job(r) for r in ancestry]
+    first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy, history)
+    verdict = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
     if first is None or verdict is None or not timing.agree(first, verdict, policy):
         return []
     commit = session.get(Commit, result.commit_id)

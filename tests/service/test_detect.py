@@ -3,10 +3,11 @@ canary, unchanged code) and the alerts' life over a series (suspected, confirmed
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from service.alerts import timing
-from service.stats import mann_whitney_greater
+from service.stats import mann_whitney_greater, successive_spread
 from tests.service.receiver import Receiver
 
 # 30 samples around 1 ms with a within-job spread of a few percent; JOB_WOBBLE moves whole jobs by ±1%.
@@ -26,6 +27,16 @@ def test_mann_whitney_matches_scipy_asymptotic_with_ties():
     # scipy.stats.mannwhitneyu(x, y, alternative="greater", method="asymptotic").pvalue, and the reverse
     assert mann_whitney_greater(x, y) == pytest.approx(0.011398423024856226, rel=1e-9)
     assert mann_whitney_greater(y, x) == pytest.approx(0.9919562922451326, rel=1e-9)
+
+
+def test_successive_spread_is_the_standard_deviation_and_ignores_a_level_shift():
+    values = np.random.default_rng(0).normal(10.0, 2.0, 20_000)
+    assert successive_spread(values) == pytest.approx(2.0, rel=0.03)
+    shifted = np.concatenate([values[:10_000], values[10_000:] + 50])  # a step of 25 standard deviations
+    assert successive_spread(shifted) == pytest.approx(2.0, rel=0.03)
+    # An alternating sequence: differences of +2 and -2; about their median (+2) the spread would be 0.
+    assert successive_spread([1.0, 3.0] * 20) == pytest.approx(1.4826 * 2 / 2**0.5)
+    assert successive_spread([1.0]) == 0.0
 
 
 def test_a_step_beyond_the_bar_regresses_and_one_inside_does_not():
@@ -52,14 +63,31 @@ def test_unchanged_graph_and_engine_raise_the_bar_and_a_short_window_too():
     assert not short.regressed and short.min_effect_pct == pytest.approx(10)
 
 
-def test_a_job_whose_canary_ran_slow_is_not_trusted_and_slow_window_jobs_are_left_out():
-    slow = timing.decide(job(1.3, canary=2.4), STEADY_WINDOW, threshold_pct=5)
+def test_a_job_whose_canary_ran_slow_must_beat_the_bar_by_the_canarys_excess_and_slow_window_jobs_are_left_out():
+    # Canary 20% slow: the bar is 5% + 20%; +22% could be the slow moment, +35% is more than it explains.
+    slow = timing.decide(job(1.22, canary=2.4), STEADY_WINDOW, threshold_pct=5)
     assert not slow.regressed and slow.canary_slow_pct == pytest.approx(20) and "canary" in slow.why
+    assert slow.min_effect_pct == pytest.approx(25)
+    assert timing.decide(job(1.35, canary=2.4), STEADY_WINDOW, threshold_pct=5).regressed
+    # Within the slack (+4%) the canary changes nothing.
+    assert timing.decide(job(1.08, canary=2.08), STEADY_WINDOW, threshold_pct=5).min_effect_pct == pytest.approx(5)
     # Window jobs timed in a slow moment (canary +50%, the model +40%) neither lift the level nor the noise.
     window = STEADY_WINDOW[:8] + [job(1.4, canary=3.0) for _ in range(4)]
     verdict = timing.decide(job(1.2), window, threshold_pct=5)
     assert verdict.before_ms == pytest.approx(timing.decide(job(1.2), STEADY_WINDOW[:8], 5).before_ms)
     assert verdict.regressed
+
+
+def test_the_noise_comes_from_the_whole_history_and_a_step_in_it_does_not_inflate_it():
+    wobbly = [job(level) for level in (1.0, 1.06, 0.95, 1.05, 0.96, 1.07, 0.94, 1.04, 0.97, 1.06, 0.95, 1.05)]
+    # The window since the last step is quiet by chance; the series' history says jobs wobble by ~5%.
+    quiet = timing.decide(job(1.09), STEADY_WINDOW, threshold_pct=5)
+    history = timing.decide(job(1.09), STEADY_WINDOW, threshold_pct=5, history=STEADY_WINDOW[:4] + wobbly + wobbly)
+    assert quiet.regressed and quiet.noise_pct < 1.5
+    assert not history.regressed and history.noise_pct > 4
+    # A history that stepped by 30% once and is otherwise steady: the noise stays that of a steady series.
+    stepped = STEADY_WINDOW + [job(1.3, i) for i in range(12)]
+    assert timing.decide(job(1.09), STEADY_WINDOW, threshold_pct=5, history=stepped).noise_pct < 1.5
 
 
 def test_a_confirmation_must_agree_in_size():
@@ -156,8 +184,10 @@ def test_a_re_measurement_repeats_no_fusion_alert(client, history):
     assert [a["commit"] for a in fusion] == ["c10"]
 
 
-def test_a_slow_canary_holds_the_alert_back(client, history):
-    assert _post(client, "c10", ["c9"], 1.25, 0, canary=2.6)["alerts"] == []
+def test_a_slow_canary_raises_the_bar_by_its_excess(client, history):
+    assert _post(client, "c10", ["c9"], 1.25, 0, canary=2.6)["alerts"] == []  # canary +30%: the bar is 35%
+    [alert] = _post(client, "c11", ["c10"], 1.5, 1, canary=2.6)["alerts"]
+    assert alert["state"] == "suspected" and "canary ran that much slow" in alert["message"]
 
 
 def test_unchanged_graph_and_engine_need_a_larger_step(client):

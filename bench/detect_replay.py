@@ -1,0 +1,205 @@
+"""`python -m bench.detect_replay`: `make bench-detect`'s series without the database, in a minute.
+
+The same random stream draws the same jobs (`bench.detect.Series`) in the same order, re-measurements
+included, and each result goes through `service.alerts.timing.decide`/`agree` and
+`timing_alerts.baseline_window`/`code_changed`; only the walk `timing_alerts.evaluate` makes over the
+database (confirm the alert at this commit or the previous one, else decide against the window) is
+repeated here on plain objects. While that walk is unchanged the replay prints `make bench-detect`'s
+numbers exactly (checked: seed 10 before and after the canary and noise changes, seed 11 after), so it is the
+way to iterate on the decision and to try other seeds; `make bench-detect` remains the measurement.
+Fusion alerts are not replayed (they are exact: 240 of 240 in every run).
+
+`--explain` prints, for each step of 10% or more missed within two commits and each false alarm, every
+result from the commit before to the confirming one: its change against the window the service had
+then, the bar, the noise, the canary's excess, and the alerts' states after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.detect import DATA, MATCH_AFTER, Series, plan
+from service.alerts import timing, timing_alerts
+from service.protocol import Protocol
+
+
+@dataclass
+class Posted:
+    """A result as timing_alerts reads it (`as_job`, `code_changed`, `baseline_window`)."""
+
+    commit_id: int
+    execute_ms: list[float]
+    canary_ms: float
+    engine_version: str
+    graph_hash: str
+
+
+@dataclass
+class Suspicion:
+    commit_id: int
+    result: Posted
+    confirmed_by: int | None = None
+
+    @property
+    def confirmed_at(self) -> int | None:  # baseline_window's test for "confirmed"
+        return self.confirmed_by
+
+
+@dataclass
+class SeriesReplay:
+    threshold_pct: float
+    policy: timing.TimingPolicy = timing.DEFAULT_POLICY
+    latest: dict[int, Posted] = field(default_factory=dict)
+    alerts: dict[int, Suspicion] = field(default_factory=dict)
+    log: list[tuple[int, str]] = field(default_factory=list)
+
+    def ancestry(self, commit: int) -> list[Posted]:
+        found = [self.latest[c] for c in sorted(self.latest, reverse=True) if c < commit]
+        return found[: self.policy.window * 5]
+
+    def decide(self, result: Posted, ancestry: list[Posted]) -> timing.TimingVerdict | None:
+        window = timing_alerts.baseline_window(ancestry, self.alerts, self.policy.window)
+        if not window:
+            return None
+        return timing.decide(timing_alerts.as_job(result), [timing_alerts.as_job(r) for r in window], self.threshold_pct,
+                             timing_alerts.code_changed(result, window[0]), self.policy,
+                             [timing_alerts.as_job(r) for r in ancestry])
+
+    def confirm(self, alert: Suspicion, result: Posted) -> bool:
+        ancestry = self.ancestry(alert.commit_id)
+        window = timing_alerts.baseline_window(ancestry, self.alerts, self.policy.window)
+        if not window:
+            return False
+        jobs, history = [timing_alerts.as_job(r) for r in window], [timing_alerts.as_job(r) for r in ancestry]
+        changed = timing_alerts.code_changed(alert.result, window[0])
+        first = timing.decide(timing_alerts.as_job(alert.result), jobs, self.threshold_pct, changed, self.policy, history)
+        second = timing.decide(timing_alerts.as_job(result), jobs, self.threshold_pct, changed, self.policy, history)
+        if first is None or second is None or not timing.agree(first, second, self.policy):
+            return False
+        alert.confirmed_by = result.commit_id
+        return True
+
+    def post(self, result: Posted) -> bool:
+        """Record and evaluate `result` as timing_alerts.evaluate does; True when it raised a suspicion."""
+        ancestry = self.ancestry(result.commit_id)
+        verdict = self.decide(result, ancestry) if ancestry else None
+        raised = self._evaluate(result, ancestry)
+        self.latest[result.commit_id] = result
+        self.log.append((result.commit_id, _explain(verdict, raised, self.alerts, result.commit_id)))
+        return raised
+
+    def _evaluate(self, result: Posted, ancestry: list[Posted]) -> bool:
+        if not ancestry:
+            return False  # no baseline: detect() is not called
+        here = self.alerts.get(result.commit_id)
+        if here is not None:
+            if here.confirmed_by is None:
+                self.confirm(here, result)
+            return False
+        pending = self.alerts.get(ancestry[0].commit_id)
+        if pending is not None and pending.confirmed_by is None and self.confirm(pending, result):
+            return False
+        verdict = self.decide(result, ancestry)
+        if verdict is None or not verdict.regressed:
+            return False
+        self.alerts[result.commit_id] = Suspicion(result.commit_id, result)
+        return True
+
+
+def _explain(verdict, raised: bool, alerts: dict[int, Suspicion], commit: int) -> str:
+    if verdict is None:
+        return "no window"
+    states = " ".join(f"{c}:{'confirmed by ' + str(a.confirmed_by) if a.confirmed_by is not None else 'suspected'}"
+                      for c, a in alerts.items() if c >= commit - 3)
+    return (f"{verdict.change_pct:+.1f}% vs bar {verdict.min_effect_pct:.1f}% (noise {verdict.noise_pct:.1f}%, "
+            f"canary +{verdict.canary_slow_pct:.0f}%, code {'changed' if verdict.code_changed else 'same'}) "
+            f"{'crossed' if verdict.regressed else 'no'}{', suspected' if raised else ''} [{states}]")
+
+
+def replay(args) -> tuple[dict, dict, int]:
+    data = np.load(args.data)
+    measured, canaries = data["execute_ms"], data["canary_ms"]
+    rng = np.random.default_rng(args.seed)
+    truth, replays, remeasured = {}, {}, 0
+    for p in range(args.projects):
+        kind = "engine" if p % 2 == 0 else "model"
+        plans = plan(rng, p * args.series, args.series, args.commits, measured.shape[0])
+        graph_changes = rng.random((args.series, args.commits)) < 0.2
+        series = {}
+        for s, planned in enumerate(plans):
+            source = (p * args.series + s) % measured.shape[0]
+            name = f"m{s:02d}"
+            series[name] = Series(name, kind, **planned, graph_changes=graph_changes[s], measured=measured[source],
+                                  canary=canaries[source], rng=rng)
+            truth[(f"p{p}", name)] = {**planned, "kind": kind, "source": source}
+            replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct)
+        for c in range(args.commits):
+            again = [name for name, x in series.items() if replays[(f"p{p}", name)].post(_posted(x.result(c), c))]
+            for name in sorted(again):
+                remeasured += 1
+                replays[(f"p{p}", name)].post(_posted(series[name].result(c), c))
+    return truth, replays, remeasured
+
+
+def _posted(result: dict, commit: int) -> Posted:
+    return Posted(commit, result["execute_ms"], result["canary_ms"], result["engine_version"], result["graph_hash"])
+
+
+def report(truth: dict, replays: dict, remeasured: int, args) -> None:
+    by_step = defaultdict(lambda: {"n": 0, "within2": 0, "any": 0})
+    false_alarms, by_kind, suspected, explained = 0, defaultdict(int), 0, []
+    for key, t in truth.items():
+        alerts = replays[key].alerts.values()
+        suspected += sum(a.confirmed_by is None for a in alerts)
+        confirmed = [a for a in alerts if a.confirmed_by is not None]
+        matched = [a for a in confirmed if t["step_at"] <= a.commit_id <= t["step_at"] + MATCH_AFTER]
+        for a in confirmed:
+            if a not in matched:
+                false_alarms += 1
+                by_kind[t["kind"]] += 1
+                explained.append((key, "false alarm", a.commit_id - 1, a.confirmed_by))
+        row = by_step[t["step"]]
+        row["n"] += 1
+        delay = min(a.confirmed_by for a in matched) - t["step_at"] if matched else None
+        row["any"] += delay is not None
+        row["within2"] += delay is not None and delay <= 2
+        if t["step"] >= 0.10 and (delay is None or delay > 2):
+            explained.append((key, "missed", t["step_at"] - 1, t["step_at"] + 2))
+    series_commits = len(truth) * args.commits
+    big = [r for s, r in by_step.items() if s >= 0.10]
+    hits, n = sum(r["within2"] for r in big), sum(r["n"] for r in big)
+    print(f"replay of bench.detect, seed {args.seed}: {len(truth)} series × {args.commits} commits")
+    print(f"timing: false alarms {false_alarms} = {false_alarms / series_commits * 1000:.2f} per 1,000 series-commits "
+          f"(by project kind {dict(by_kind)}); {suspected} suspected never confirmed; {remeasured} re-measurements")
+    print(f"steps ≥ 10% within 2 commits: {hits} of {n} ({hits / n:.1%})" if n else "no steps ≥ 10%")
+    print("  " + "  ".join(f"{round(s * 100)}%: {r['within2']}/{r['n']} within 2, {r['any']} within 10"
+                           for s, r in sorted(by_step.items())))
+    if args.explain:
+        for key, what, first, last in explained:
+            t = truth[key]
+            print(f"{what}: {key[0]}/{key[1]} ({t['kind']}, noise source {t['source']}), step {t['step']:.0%} at {t['step_at']}")
+            for c, line in replays[key].log:
+                if first <= c <= last:
+                    print(f"    commit {c}: {line}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="bench.detect's timing alerts replayed without the database")
+    parser.add_argument("--projects", type=int, default=8)
+    parser.add_argument("--series", type=int, default=30, help="models per project")
+    parser.add_argument("--commits", type=int, default=100)
+    parser.add_argument("--threshold-pct", type=float, default=Protocol().timing_threshold_pct)
+    parser.add_argument("--seed", type=int, default=10)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--explain", action="store_true", help="print the results around each miss and false alarm")
+    args = parser.parse_args()
+    report(*replay(args), args)
+
+
+if __name__ == "__main__":
+    main()
