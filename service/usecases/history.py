@@ -8,11 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.alerts.change_points import WindowResults, change_points
 from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
-from service.usecases.history_points import series_points
+from service.usecases.history_points import SeriesPoints, series_points
 
 
 def history(
@@ -34,27 +33,17 @@ def history(
         model_name, engine_name, level_name, machine_class = kept.key
         entry = {"model": model_name, "engine": engine_name, "level": level_name, "machine_class": machine_class,
                  "points": kept.points}
-        _mark_change_points(session, project, entry, first=kept.total - len(kept.points))
+        _mark_change_points(session, project, entry, kept)
         found.append(entry)
     return found
 
 
 AGREE_WITHIN = 2  # commits between a change point and an alert that still count as the same step
 
-# Change points are computed per window of the series and each window's result kept
-# (service/alerts/change_points.py): a read after a new result recomputes the last window or two, not
-# E-divisive's permutation tests over all 10,000 commits.
-_windows_seen = WindowResults()
-
-
-def _mark_change_points(session: Session, project: Project, entry: dict[str, Any], first: int) -> None:
+def _mark_change_points(session: Session, project: Project, entry: dict[str, Any], series: SeriesPoints) -> None:
     """The series' change points (E-divisive means over each commit's p10), each with the timing alert
-    raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs.
-    `first` is the position of the first point read in the whole series (the windows are placed on it)."""
-    points = entry["points"]
-    timed = [(i, p) for i, p in enumerate(points) if p["p10_ms"]]
-    values = [p["p10_ms"] for _, p in timed]
-    found = change_points(values, first=first, results=_windows_seen) if len(timed) >= 6 else []
+    raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs."""
+    points, timed, position = series.points, series.timed, series.positions
     model_id = session.scalar(select(Model.id).where(Model.project_id == project.id, Model.name == entry["model"]))
     alerts = session.execute(
         select(Alert, Commit.sha).join(Commit, Commit.id == Alert.commit_id).where(
@@ -62,12 +51,11 @@ def _mark_change_points(session: Session, project: Project, entry: dict[str, Any
             Alert.engine == entry["engine"], Alert.level == entry["level"],
         ).order_by(Alert.id)
     ).all()
-    position = {p["commit"]: i for i, p in enumerate(points)}
     alerted = {position[sha]: alert for alert, sha in alerts if sha in position}
     entry["change_points"], entry["disagreements"] = [], []
     backed: set[int] = set()
-    for cp in found:
-        at = timed[cp.index][0]
+    for cp in series.change_points:
+        at = timed[cp.index]
         near = [i for i in alerted if abs(i - at) <= AGREE_WITHIN]
         alert = alerted[min(near, key=lambda i: abs(i - at))] if near else None
         backed.update(near)

@@ -21,26 +21,69 @@ The kept points are shared by the reads that find them: nobody may change them.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
+import orjson
 from sqlalchemy import Text, case, cast, func, select, true
 from sqlalchemy.orm import Session
 
+from service.alerts.change_points import ChangePoint, WindowResults, change_points
 from service.models import Commit, Model, Project, Result
 
 SeriesKey = tuple[str, str, str, str]  # model name, engine, level, machine class
 
 
+# Change points are computed per window of the series and each window's result kept
+# (service/alerts/change_points.py): points brought up to date with a new result recompute the last
+# window or two, not E-divisive's permutation tests over all 10,000 commits.
+_windows_seen = WindowResults()
+
+
+class Points(list):
+    """A series' points, oldest first, with their JSON rendered once when first asked for (orjson
+    renders a list subclass as the list it is; the API splices `rendered` in as it is)."""
+
+    @cached_property
+    def rendered(self) -> bytes:
+        return orjson.dumps(self)
+
+    @cached_property
+    def digest(self) -> str:
+        return hashlib.sha1(self.rendered, usedforsecurity=False).hexdigest()
+
+
 @dataclass(frozen=True)
 class SeriesPoints:
     key: SeriesKey
-    points: list[dict[str, Any]]  # oldest first; shared, never changed
+    points: Points  # shared, never changed
     seqs: list[int]  # each point's commit seq
     total: int  # commits in the whole series, of which `points` are the last
+
+    # What every read of these points works out from them, worked out once (they never change).
+    @cached_property
+    def timed(self) -> list[int]:
+        """The points with a p10, by index."""
+        return [i for i, point in enumerate(self.points) if point["p10_ms"]]
+
+    @cached_property
+    def positions(self) -> dict[str, int]:
+        """Each point's index, by its commit."""
+        return {point["commit"]: i for i, point in enumerate(self.points)}
+
+    @cached_property
+    def change_points(self) -> list[ChangePoint]:
+        """E-divisive means over the timed points' p10 (indices into `timed`), windows placed on the
+        whole series."""
+        if len(self.timed) < 6:
+            return []
+        values = [self.points[i]["p10_ms"] for i in self.timed]
+        return change_points(values, first=self.total - len(self.points), results=_windows_seen)
 
 
 @dataclass(frozen=True)
@@ -153,7 +196,7 @@ def _read_all(session: Session, filters: list, limit: int) -> list[SeriesPoints]
             found = series[key] = ([], [], row[20])
         found[0].append(builder.point(row))
         found[1].append(row[19])
-    return [SeriesPoints(key, points, seqs, total) for key, (points, seqs, total) in series.items()]
+    return [SeriesPoints(key, Points(points), seqs, total) for key, (points, seqs, total) in series.items()]
 
 
 def _merged(session: Session, kept: _Kept, filters: list, limit: int, results_now: tuple[int, int]) -> _Kept | None:
@@ -185,7 +228,7 @@ def _merged(session: Session, kept: _Kept, filters: list, limit: int, results_no
             return None
     merged = []
     for key, (points, seqs, total) in series.items():
-        merged.append(SeriesPoints(key, points[-limit:], seqs[-limit:], total))
+        merged.append(SeriesPoints(key, Points(points[-limit:]), seqs[-limit:], total))
     merged.sort(key=lambda s: (s.seqs[0], s.points[0]["result_id"]))
     return _Kept(results_now, kept.last_commit_id, kept.commits_filled, tuple(merged))
 

@@ -69,10 +69,10 @@ def test_windows_cover_every_point_and_overlap_by_half():
 
 
 def test_history_after_a_new_result_recomputes_the_last_windows(client, monkeypatch):
-    from service.usecases import history
+    from service.usecases import history_points
 
     results = CountingResults()
-    monkeypatch.setattr(history, "_windows_seen", results)
+    monkeypatch.setattr(history_points, "_windows_seen", results)
     client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
     values = _series(121, {60: 1.25})
 

@@ -134,11 +134,15 @@ def read_history(
     found = projects.get_project(session, project)
     series_model = get_model(session, found, model) if model else None
     series = history_usecase.history(session, found, series_model, engine, level, limit)
-    # Plain JSON already: rendered once, here in the worker thread, by orjson, rather than validated and
-    # encoded again by FastAPI (json.dumps alone took 100 ms of a 10,000-commit read).
-    body = orjson.dumps({"project": found.name, "series": series})
-    # A poller that sends back the ETag it got is told 304 when nothing changed, instead of 2 MB again.
-    etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
+    # A poller that sends back the ETag it got is told 304 when nothing changed, instead of 3 MB again.
+    # The tag is the reply's hash with each series' points standing for themselves by theirs.
+    etag = '"' + hashlib.sha1(orjson.dumps({"project": found.name, "series": [
+        entry | {"points": entry["points"].digest} for entry in series]}), usedforsecurity=False).hexdigest() + '"'
     if if_none_match.strip() == "*" or etag in (tag.strip().removeprefix("W/") for tag in if_none_match.split(",")):
         return Response(status_code=304, headers={"ETag": etag})
+    # Plain JSON already, rendered here in the worker thread by orjson rather than validated and encoded
+    # again by FastAPI (json.dumps alone took 100 ms of a 10,000-commit read); each series' points were
+    # rendered once, when read (usecases/history_points.py), and are spliced in as they are.
+    body = orjson.dumps({"project": found.name, "series": [
+        entry | {"points": orjson.Fragment(entry["points"].rendered)} for entry in series]})
     return Response(body, media_type="application/json", headers={"ETag": etag})
