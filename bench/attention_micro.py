@@ -1,0 +1,155 @@
+"""Micro-benchmark: com.microsoft Attention at BERT-base / GPT-2 small shapes, its QKV projection
+alone next to the whole kernel, on each GEMM library a session can choose. Not a test.
+
+What a level-`all` session runs (batch 1, sequence 128, hidden 768, 12 heads): one Attention per
+layer with the packed (768, 2304) QKV weight and its bias, `scale` 1/8, and the mask as a
+(1, 1, 128, 128) attention_bias that a Where computes, zeros for BERT (its all-ones padding mask)
+and 0 / -inf for GPT-2 (its causal mask). The other cases are the ones onnxruntime's fusion
+produces instead (BERT's (B, T) mask_index, GPT-2's `unidirectional`).
+
+The projection is 128x768x2304, 0.45 GFLOP; everything after it (QK^T, mask and softmax, PV, the
+head split and merge, the biases) some 50 MFLOP, so `kernel - qkv` should be small beside `qkv`.
+Both are timed interleaved (one call of each in turn), in a fresh process per library (as
+bench/gemm_micro.py does: libraries that ran before in a process can disturb the next), under the
+session's library choice (`libraries.using`), so the kernel takes the path a session would.
+
+    .venv/bin/python -m bench.attention_micro                       # every loadable library
+    .venv/bin/python -m bench.attention_micro --entrants onednn/spin --calls 200
+
+Prints per library and case: the path the kernel took, median and fastest ms of the projection
+and of the whole kernel, and the fastest kernel minus the fastest projection (the overhead),
+with the 1-minute load average before and after each library's block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from functools import partial
+
+import numpy as np
+
+BATCH, SEQ, HIDDEN, HEADS = 1, 128, 768, 12
+CASES = ("bert", "gpt2", "bert_mask_index", "gpt2_unidirectional")
+
+
+def _inputs(case: str, batch: int, seq: int):
+    """(attributes, run() inputs) of one layer's Attention node for `case`."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, seq, HIDDEN), dtype=np.float32)
+    weights = (0.04 * rng.standard_normal((HIDDEN, 3 * HIDDEN))).astype(np.float32)
+    bias = (0.02 * rng.standard_normal(3 * HIDDEN)).astype(np.float32)
+    attributes = {"num_heads": HEADS, "scale": 1.0 / np.sqrt(HIDDEN // HEADS)}
+    mask_index = attention_bias = None
+    if case == "bert":
+        attention_bias = np.zeros((1, 1, seq, seq), np.float32)
+    elif case == "gpt2":
+        causal = np.tril(np.ones((seq, seq), bool))
+        attention_bias = np.where(causal, np.float32(0), np.float32(-np.inf)).reshape(1, 1, seq, seq)
+    elif case == "bert_mask_index":
+        mask_index = np.ones((batch, seq), np.int32)
+    elif case == "gpt2_unidirectional":
+        attributes["unidirectional"] = 1
+    else:
+        raise ValueError(f"unknown case {case!r}; the cases are {CASES}")
+    return attributes, (x, weights, bias, mask_index, None, attention_bias)
+
+
+def _attention_kernel(attributes: dict):
+    from bench.fused_kernels import kernel
+
+    return kernel("Attention", 6, **attributes)
+
+
+def _path_taken(kernel, x, weights, bias) -> str:
+    from runtime.kernels import contrib_attention, gemm
+
+    qkv = gemm.matmul_packed(x, kernel.packed) if gemm.applies(kernel.packed, x, weights) else x @ weights
+    library = contrib_attention._head_library(np, qkv)
+    return f"heads in place ({library})" if library else "heads copied"
+
+
+def measure(entrant: str, cases: list[str], calls: int, threads: int, batch: int, seq: int) -> list[dict]:
+    from runtime.kernel_choice import _split
+    from runtime.kernels import gemm, libraries
+    from runtime.threads import limit_blas_threads
+
+    limit_blas_threads(threads)
+    library, wait = _split(entrant)
+    choice = {"gemm": library} | ({"wait": wait} if wait else {})
+    rows = []
+    with libraries.using(choice):
+        for case in cases:
+            attributes, inputs = _inputs(case, batch, seq)
+            attention = _attention_kernel(attributes)
+            x, weights, bias = inputs[:3]
+            if gemm.applies(attention.packed, x, weights):
+                projection = partial(gemm.matmul_packed, x, attention.packed)
+            else:
+                projection = partial(gemm.product, np, x, weights)
+            whole = partial(attention.run, *inputs)
+            for _ in range(5):
+                projection(), whole()
+            times = {"qkv": [], "kernel": []}
+            for _ in range(calls):
+                for name, call in (("qkv", projection), ("kernel", whole)):
+                    started = time.perf_counter()
+                    call()
+                    times[name].append(1e3 * (time.perf_counter() - started))
+            row = {"case": case, "path": _path_taken(attention, x, weights, bias)}
+            for name, values in times.items():
+                row[name] = {"median": statistics.median(values), "best": min(values)}
+            rows.append(row)
+    return rows
+
+
+def _entrants() -> list[str]:
+    from runtime import kernel_choice
+
+    return kernel_choice._with_waits(kernel_choice.gemm_candidates())
+
+
+def _in_fresh_process(entrant: str, args) -> list[dict]:
+    command = [sys.executable, "-m", "bench.attention_micro", "--entrants", entrant, "--cases", *args.cases,
+               "--calls", str(args.calls), "--threads", str(args.threads), "--batch", str(args.batch),
+               "--seq", str(args.seq), "--in-process"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entrants", nargs="+", help="default: every GEMM library loadable here, with each wait")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=BATCH)
+    parser.add_argument("--seq", type=int, default=SEQ)
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.in_process:
+        [entrant] = args.entrants
+        print(json.dumps(measure(entrant, args.cases, args.calls, args.threads, args.batch, args.seq)))
+        return
+    from runtime.kernel_choice import cpu_info
+
+    print(f"cpu: {cpu_info()}, {args.threads} threads, batch {args.batch}, seq {args.seq}, hidden {HIDDEN}, "
+          f"{HEADS} heads; {args.calls} interleaved calls each, a fresh process per library")  # fmt: skip
+    for entrant in args.entrants or _entrants():
+        before = os.getloadavg()[0]
+        rows = _in_fresh_process(entrant, args)
+        print(f"{entrant} (load average {before:.2f}-{os.getloadavg()[0]:.2f})")
+        for row in rows:
+            qkv, whole = row["qkv"], row["kernel"]
+            print(f"  {row['case']:20s} {row['path']:24s} qkv median {qkv['median']:6.3f} best {qkv['best']:6.3f}"
+                  f" | kernel median {whole['median']:6.3f} best {whole['best']:6.3f}"
+                  f" | overhead (best - best) {whole['best'] - qkv['best']:6.3f} ms")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
