@@ -14,11 +14,14 @@ these run:
     and the softmax are one compiled pass per score row (runtime/kernels/compiled.py);
   - every batched product one BLAS call per head (MKL batch-strided where installed).
 
-On numpy float32 with MKL (the CPU case that matters) the heads are never copied out: both
-batched products read each head straight out of the (B, L, N*H) projections by their strides
-(`_mkl_attend`), the scale riding on the first product's alpha; Q's and K's biases are added in
-place to Attention's own projection in one compiled pass, and V's rides on the one copy that is
-left, the context's merge. attention_bias joins the mask in the softmax pass instead of costing
+On numpy float32 where the session's products run on MKL or oneDNN the heads are never copied
+out: both batched products read each head straight out of the (B, L, N*H) projections by their
+strides (`_head_library` picks the library the session chose for its other products). On MKL
+(`_mkl_attend`) the scale rides on the first product's alpha and V's bias on the one copy that
+is left, the context's merge; on oneDNN (`_onednn_attend`, runtime/kernels/onednn_heads.py) the
+scale rides on the softmax pass and the second product writes the merged context itself, V's
+bias one pass over it. Q's and K's biases are added in place to Attention's own projection in
+one compiled pass. attention_bias joins the mask in the softmax pass instead of costing
 a pass of its own (BERT exports carry their padding mask that way). `python -m bench.fused_kernels`
 times it against the head-copying path (`copied`), which every other case still takes.
 
