@@ -15,6 +15,7 @@ session's library choice (`libraries.using`), so the kernel takes the path a ses
 
     .venv/bin/python -m bench.attention_micro                       # every loadable library
     .venv/bin/python -m bench.attention_micro --entrants onednn/spin --calls 200
+    .venv/bin/python -m bench.attention_micro --products   # QK^T and PV alone, MKL against oneDNN
 
 Prints per library and case: the path the kernel took, median and fastest ms of the projection,
 of the whole kernel, and of the kernel's work after the projection ("after qkv", the overhead
@@ -125,6 +126,43 @@ def measure(entrant: str, cases: list[str], calls: int, threads: int, batch: int
     return rows
 
 
+def measure_products(calls: int, threads: int, batch: int, seq: int) -> list[dict]:
+    """The two per-head products alone, heads read in place from a (B, S, 3D) projection, on MKL's
+    batch-strided SGEMM (`_mkl_attend`'s) and oneDNN's strided matmul (`_onednn_attend`'s), interleaved."""
+    from runtime.kernels import contrib_attention, gemm, libraries, onednn, onednn_heads
+    from runtime.threads import limit_blas_threads
+
+    limit_blas_threads(threads)
+    head = HIDDEN // HEADS
+    qkv = np.random.default_rng(0).standard_normal((batch, seq, 3 * HIDDEN), dtype=np.float32)
+    q, k, v = qkv[..., :HIDDEN], qkv[..., HIDDEN : 2 * HIDDEN], qkv[..., 2 * HIDDEN :]
+    scores = np.empty((batch, HEADS, seq, seq), np.float32)
+    context = np.empty((batch, HEADS, seq, head), np.float32)
+    merged = np.empty((batch, seq, HIDDEN), np.float32)
+    rows = contrib_attention._rows_of
+    products = {}
+    if gemm.available():
+        products["mkl QK^T"] = lambda: [gemm.batch_strided(HEADS, seq, seq, head, 1.0, rows(q, b, head),
+                                        rows(k, b, head), rows(scores, b, seq * seq), trans_b=True) for b in range(batch)]  # fmt: skip
+        products["mkl PV"] = lambda: [gemm.batch_strided(HEADS, seq, head, seq, 1.0, rows(scores, b, seq * seq),
+                                      rows(v, b, head), rows(context, b, seq * head)) for b in range(batch)]  # fmt: skip
+    if onednn.available():
+        qk, pv = onednn_heads.head_products(q, k, v, HEADS)
+        products["onednn QK^T"] = partial(qk, q.ctypes.data, k.ctypes.data, scores.ctypes.data)
+        products["onednn PV (merged)"] = partial(pv, scores.ctypes.data, v.ctypes.data, merged.ctypes.data)
+    with libraries.using({"gemm": "onednn", "wait": "spin"}):  # what the race chose on the AMD EPYC
+        for _ in range(5):
+            for call in products.values():
+                call()
+        times = {name: [] for name in products}
+        for _ in range(calls):
+            for name, call in products.items():
+                started = time.perf_counter()
+                call()
+                times[name].append(1e3 * (time.perf_counter() - started))
+    return [{"case": name, "median": statistics.median(values), "best": min(values)} for name, values in times.items()]
+
+
 def _entrants() -> list[str]:
     from runtime import kernel_choice
 
@@ -147,8 +185,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=BATCH)
     parser.add_argument("--seq", type=int, default=SEQ)
+    parser.add_argument("--products", action="store_true", help="time the two per-head products alone")
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.products:
+        print(f"per-head products at batch {args.batch}, seq {args.seq}, {HEADS} heads of {HIDDEN // HEADS}, "
+              f"{args.threads} threads, {args.calls} interleaved calls (load average {os.getloadavg()[0]:.2f})")  # fmt: skip
+        for row in measure_products(args.calls, args.threads, args.batch, args.seq):
+            print(f"  {row['case']:20s} median {row['median']:6.3f} best {row['best']:6.3f} ms")
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        return
     if args.in_process:
         [entrant] = args.entrants
         print(json.dumps(measure(entrant, args.cases, args.calls, args.threads, args.batch, args.seq)))

@@ -3,11 +3,12 @@ lies: Q, K and V as head-strided views of their (B, L, N*H) projections, the con
 into its (B, S, N*Hv) output, so no head is copied out and none merged back.
 
 Why oneDNN here: where the session's kernel race chose oneDNN for the products against weights
-(runtime/kernel_choice.py), MKL's batch-strided SGEMM, the other library that reads strided
-heads, ran the PV product on one of the two threads of the AMD EPYC it lost the race on
-(0.32 ms a layer at BERT-base shapes, against oneDNN's 0.14 with both threads:
-`python -m bench.attention_micro`). Both libraries share one OpenMP pool
-(runtime/kernels/openmp.py), so taking these products to oneDNN adds no second set of workers.
+(runtime/kernel_choice.py), these small products (12 heads of 128x128x64 at BERT-base shapes)
+measured some 10% faster on oneDNN than on MKL's batch-strided SGEMM on the 2-core AMD EPYC
+(fastest of 300 at load average ~4.4: QK^T 0.136-0.157 against 0.155-0.176 ms, PV 0.135-0.150
+against 0.155-0.174; `python -m bench.attention_micro --products`), and the PV product writes the
+merged context itself, which MKL's batch call cannot (its C matrices may not interleave). Both
+libraries share one OpenMP pool (runtime/kernels/openmp.py), so this adds no second set of workers.
 
 A primitive is fixed to its shapes and strides; a kernel keeps one pair per geometry it has met
 (`HeadProductsCache`), which for a static-shape model is one.
