@@ -92,9 +92,11 @@ def _after_projection(attention, inputs, qkv):
 def measure(entrant: str, cases: list[str], calls: int, threads: int, batch: int, seq: int) -> list[dict]:
     from runtime.kernel_choice import _split
     from runtime.kernels import gemm, libraries
+    from runtime.memory import keep_freed_memory
     from runtime.threads import limit_blas_threads
 
     limit_blas_threads(threads)
+    keep_freed_memory()  # as a session does by default: scores and context come from the heap, not fresh pages
     library, wait = _split(entrant)
     choice = {"gemm": library} | ({"wait": wait} if wait else {})
     rows = []
