@@ -83,9 +83,13 @@ def _after_projection(attention, inputs, qkv):
 
     from runtime.kernels import gemm
 
-    with mock.patch.object(gemm, "matmul_packed", lambda *_: qkv.copy()), mock.patch.object(
-        gemm, "product", lambda *_: qkv.copy()
-    ):
+    x = inputs[0]
+    real_product = gemm.product
+
+    def product(xp, a, b):  # the projection is the product of the node's input; the rest are attention's
+        return qkv.copy() if a is x else real_product(xp, a, b)
+
+    with mock.patch.object(gemm, "matmul_packed", lambda *_: qkv.copy()), mock.patch.object(gemm, "product", product):
         return attention.run(*inputs)
 
 
@@ -175,7 +179,9 @@ def _in_fresh_process(entrant: str, args) -> list[dict]:
     command = [sys.executable, "-m", "bench.attention_micro", "--entrants", entrant, "--cases", *args.cases,
                "--calls", str(args.calls), "--threads", str(args.threads), "--batch", str(args.batch),
                "--seq", str(args.seq), "--in-process"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{entrant}: {' '.join(command)} failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
