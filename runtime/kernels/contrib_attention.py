@@ -388,14 +388,20 @@ class Attention(_AttentionCore):
                     f"{weights.shape} must be (D, Dq + Dk + Dv)"
                 )
             )
-        batch, seq, _ = x.shape
-        dq, dk, dv = self._hidden_sizes(weights)
-        heads = self.num_heads
         # The one projection GEMM, fresh (B, S, Dq + Dk + Dv).
         if gemm.applies(self.packed, x, weights):
             qkv = gemm.matmul_packed(x, self.packed)
         else:
             qkv = gemm.product(xp, x, weights)
+        return self.attend_projection(qkv, self._hidden_sizes(weights), bias, mask_index, past, attention_bias)
+
+    def attend_projection(self, qkv, sizes, bias=None, mask_index=None, past=None, attention_bias=None):
+        """Everything after the projection, on a fresh (B, S, Dq + Dk + Dv) `qkv` this may add to
+        in place; on its own so that bench/attention_micro.py can time it without the GEMM."""
+        xp = self.xp
+        batch, seq, _ = qkv.shape
+        dq, dk, dv = sizes
+        heads = self.num_heads
         dtype = qkv.dtype.type
         scale = dtype(self.scale or 1.0 / math.sqrt(dq // heads))
         if self.backend.name == "cuda" and cuda_fused.attention_fits(
