@@ -15,6 +15,7 @@ session's library choice (`libraries.using`), so the kernel takes the path a ses
 
     .venv/bin/python -m bench.attention_micro                       # every loadable library
     .venv/bin/python -m bench.attention_micro --entrants onednn/spin --calls 200
+    .venv/bin/python -m bench.attention_micro --entrants onednn/spin --heads-on mkl   # the MKL heads path
     .venv/bin/python -m bench.attention_micro --products   # QK^T and PV alone, MKL against oneDNN
 
 Prints per library and case: the path the kernel took, median and fastest ms of the projection,
@@ -26,6 +27,7 @@ average before and after each library's block.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import time
 from functools import partial
+from unittest import mock
 
 import numpy as np
 
@@ -97,7 +100,22 @@ def _after_projection(attention, inputs, qkv):
     return attention.attend_projection(qkv.copy(), sizes, bias, mask_index, past, attention_bias)
 
 
-def measure(entrant: str, cases: list[str], calls: int, threads: int, batch: int, seq: int) -> list[dict]:
+@contextlib.contextmanager
+def _heads_read_on(library: str | None):
+    """`contrib_attention._head_library` answering `library` wherever it would read heads in place."""
+    if library is None:
+        yield
+        return
+    from runtime.kernels import contrib_attention
+
+    real = contrib_attention._head_library
+    with mock.patch.object(contrib_attention, "_head_library", lambda xp, *xs: real(xp, *xs) and library):
+        yield
+
+
+def measure(
+    entrant: str, cases: list[str], calls: int, threads: int, batch: int, seq: int, heads_on: str | None = None
+) -> list[dict]:
     from runtime.kernel_choice import _split
     from runtime.kernels import gemm, libraries
     from runtime.memory import keep_freed_memory
@@ -108,7 +126,7 @@ def measure(entrant: str, cases: list[str], calls: int, threads: int, batch: int
     library, wait = _split(entrant)
     choice = {"gemm": library} | ({"wait": wait} if wait else {})
     rows = []
-    with libraries.using(choice):
+    with libraries.using(choice), _heads_read_on(heads_on):
         for case in cases:
             attributes, inputs = _inputs(case, batch, seq)
             x, weights, bias = inputs[:3]
@@ -182,7 +200,7 @@ def _entrants() -> list[str]:
 def _in_fresh_process(entrant: str, args) -> list[dict]:
     command = [sys.executable, "-m", "bench.attention_micro", "--entrants", entrant, "--cases", *args.cases,
                "--calls", str(args.calls), "--threads", str(args.threads), "--batch", str(args.batch),
-               "--seq", str(args.seq), "--in-process"]  # fmt: skip
+               "--seq", str(args.seq), "--in-process", *(["--heads-on", args.heads_on] if args.heads_on else [])]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{entrant}: {' '.join(command)} failed:\n{done.stderr}")
@@ -198,6 +216,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=BATCH)
     parser.add_argument("--seq", type=int, default=SEQ)
     parser.add_argument("--products", action="store_true", help="time the two per-head products alone")
+    parser.add_argument("--heads-on", choices=["mkl", "onednn"],
+                        help="read the heads on this library wherever they are read in place (default: the session's rule)")  # fmt: skip
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.products:
@@ -209,7 +229,7 @@ def main() -> None:
         return
     if args.in_process:
         [entrant] = args.entrants
-        print(json.dumps(measure(entrant, args.cases, args.calls, args.threads, args.batch, args.seq)))
+        print(json.dumps(measure(entrant, args.cases, args.calls, args.threads, args.batch, args.seq, args.heads_on)))
         return
     from runtime.kernel_choice import cpu_info
 
