@@ -13,7 +13,7 @@ attention softmax) are also timed on their numpy path (what any other dtype, lay
 gets), so the table shows what the compiled loop buys on its own, and with their loops
 compiled at LLVM's default vector width (`256-bit`), to show what `_wide_vectors` buys on this
 CPU. Attention is also timed with its heads copied out before the products (`copied`), the
-path it takes where `_reads_heads` says no.
+path it takes where `_head_library` names no library.
 
 Every column of a row is timed interleaved (one call of each in turn, medians), so a second
 process on the machine slows them alike.
@@ -129,7 +129,7 @@ def default_width():
 @contextlib.contextmanager
 def heads_copied():
     """Attention with its heads copied out (`_heads_contiguous`) instead of read in place."""
-    with mock.patch.object(contrib_attention, "_reads_heads", lambda xp, *arrays: False):
+    with mock.patch.object(contrib_attention, "_head_library", lambda xp, *arrays: None):
         yield
 
 

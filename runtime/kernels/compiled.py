@@ -384,7 +384,17 @@ def skip_layer_norm_rows(x, skip, bias, gamma, beta, epsilon, centered, out, sum
 
 @_compiled
 def masked_softmax_heads(scores, mask):
-    """softmax(scores + mask) over the last axis, in place, for scores (B, N, S, T).
+    """softmax(scores + mask) over the last axis, in place, for scores (B, N, S, T); see
+    `scaled_masked_softmax_heads`."""
+    scaled_masked_softmax_heads(scores, _F(1.0), mask)
+
+
+@_compiled
+def scaled_masked_softmax_heads(scores, scale, mask):
+    """softmax(scale * scores + mask) over the last axis, in place, for scores (B, N, S, T).
+
+    The scale rides here where the QK^T product that wrote the scores takes no alpha (oneDNN's
+    matmul without a scales attribute: runtime/kernels/onednn_heads.py).
 
     `mask` is additive (Bm, Nm, Sm, T), each of Bm, Nm, Sm either 1 (broadcast) or the scores'
     size: attention's padding mask, its attention_bias, or the two summed. Each score row is
@@ -404,7 +414,7 @@ def masked_softmax_heads(scores, mask):
                 mask_row = mask[mb, mn, s if mask_rows > 1 else 0]
                 peak_key = _LOWEST_KEY
                 for t in range(row.shape[0]):
-                    value = row[t] + mask_row[t]
+                    value = row[t] * scale + mask_row[t]
                     row[t] = value
                     key = _ordered_bits(value)
                     peak_key = key if key > peak_key else peak_key

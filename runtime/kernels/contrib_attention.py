@@ -14,11 +14,14 @@ these run:
     and the softmax are one compiled pass per score row (runtime/kernels/compiled.py);
   - every batched product one BLAS call per head (MKL batch-strided where installed).
 
-On numpy float32 with MKL (the CPU case that matters) the heads are never copied out: both
-batched products read each head straight out of the (B, L, N*H) projections by their strides
-(`_mkl_attend`), the scale riding on the first product's alpha; Q's and K's biases are added in
-place to Attention's own projection in one compiled pass, and V's rides on the one copy that is
-left, the context's merge. attention_bias joins the mask in the softmax pass instead of costing
+On numpy float32 where the session's products run on MKL or oneDNN the heads are never copied
+out: both batched products read each head straight out of the (B, L, N*H) projections by their
+strides (`_head_library` picks the library the session chose for its other products). On MKL
+(`_mkl_attend`) the scale rides on the first product's alpha and V's bias on the one copy that
+is left, the context's merge; on oneDNN (`_onednn_attend`, runtime/kernels/onednn_heads.py) the
+scale rides on the softmax pass and the second product writes the merged context itself, V's
+bias one pass over it. Q's and K's biases are added in place to Attention's own projection in
+one compiled pass. attention_bias joins the mask in the softmax pass instead of costing
 a pass of its own (BERT exports carry their padding mask that way). `python -m bench.fused_kernels`
 times it against the head-copying path (`copied`), which every other case still takes.
 
@@ -42,7 +45,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled, cuda_fused, gemm
+from runtime.kernels import compiled, cuda_fused, gemm, onednn_heads
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 MS = "com.microsoft"
@@ -115,12 +118,16 @@ def _compiled_mask(xp, scores_shape, additive_mask, attention_bias):
     return mask if compiled.accepts(xp, mask) else None
 
 
-def _reads_heads(xp, *projections) -> bool:
-    """Whether `_mkl_attend` can take these (B, L, N*H) projections: numpy float32 with MKL,
-    the last axis contiguous and every stride and size within MKL's 32-bit integers."""
-    return (
+def _head_library(xp, *projections) -> str | None:
+    """Which library's products read the heads of these (B, L, N*H) projections in place:
+    "onednn" where the session's products against weights run on oneDNN (`_onednn_attend`),
+    "mkl" where they go to MKL (`_mkl_attend`), None where neither (the heads are copied).
+
+    Numpy float32 only, the last axis contiguous and every stride and size within MKL's 32-bit
+    integers (oneDNN's are 64-bit; one rule keeps the two paths taking the same inputs).
+    """
+    readable = (
         xp is np
-        and gemm.mkl_products()
         and all(
             isinstance(x, np.ndarray)
             and x.dtype == np.float32
@@ -134,6 +141,11 @@ def _reads_heads(xp, *projections) -> bool:
         )
         and max(x.shape[1] for x in projections) ** 2 < gemm.INT_LIMIT  # a head's (S, T) scores
     )
+    if not readable:
+        return None
+    if gemm.backend_name() == "onednn":
+        return "onednn"
+    return "mkl" if gemm.mkl_products() else None
 
 
 def _rows_of(x, batch_index, head_step):
@@ -146,7 +158,7 @@ _NO_BIAS = np.zeros(0, np.float32)
 
 def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
     """softmax(scale q k^T + mask) (v + v_bias) as (B, S, N*Hv), for (B, S, N*H) q and (B, T,
-    N*H) k, v read in place (`_reads_heads`); `mask` is `_compiled_mask`'s.
+    N*H) k, v read in place (`_head_library`); `mask` is `_compiled_mask`'s.
 
     Per batch row, QK^T is one batch-strided GEMM over the heads with `scale` as its alpha, the
     mask add and softmax one compiled pass over the scores, and PV a second GEMM; the (B, N, S,
@@ -173,6 +185,32 @@ def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
     return out
 
 
+def _onednn_attend(products, q, k, v, heads, scale, mask, v_bias=None):
+    """`_mkl_attend` on oneDNN (runtime/kernels/onednn_heads.py): one QK^T call over every batch
+    row and head, the scale taken in the softmax pass (oneDNN's matmul has no alpha without a
+    scales attribute), and one PV call writing the (B, S, N*Hv) context itself, so nothing is
+    merged; V's bias is then one compiled pass over that context (see `_mkl_attend` for why
+    P (v + b) is P v + b)."""
+    batch, seq, _ = q.shape
+    total, width_v = k.shape[1], v.shape[2]
+    qk, pv = products.get(q, k, v, heads)
+    scores = np.empty((batch, heads, seq, total), np.float32)
+    out = np.empty((batch, seq, width_v), np.float32)
+    qk(q.ctypes.data, k.ctypes.data, scores.ctypes.data)
+    compiled.scaled_masked_softmax_heads(scores, np.float32(scale), mask)
+    pv(scores.ctypes.data, v.ctypes.data, out.ctypes.data)
+    if v_bias is not None:
+        compiled.add_bias_columns(out.reshape(-1, width_v), v_bias)
+    return out
+
+
+def _attend_in_place(library, products, q, k, v, heads, scale, mask, v_bias=None):
+    """softmax(scale q k^T + mask) (v + v_bias) on the library `_head_library` named."""
+    if library == "onednn":
+        return _onednn_attend(products, q, k, v, heads, scale, mask, v_bias)
+    return _mkl_attend(q, k, v, heads, scale, mask, v_bias)
+
+
 class _AttentionCore(Kernel):
     """What Attention and MultiHeadAttention share: attributes, masks, and the attend step."""
 
@@ -187,6 +225,7 @@ class _AttentionCore(Kernel):
         self.unidirectional = bool(self.attr("unidirectional", 0))
         self.scale = float(self.attr("scale", 0.0))  # 0: 1/sqrt(head_size)
         self.mask_filter_value = float(self.attr("mask_filter_value", -10000.0))
+        self._head_products = onednn_heads.HeadProductsCache()
 
     def _what(self, field: str) -> str:
         return f"{self.op_type} '{self.node.name}': {field}"
@@ -349,14 +388,20 @@ class Attention(_AttentionCore):
                     f"{weights.shape} must be (D, Dq + Dk + Dv)"
                 )
             )
-        batch, seq, _ = x.shape
-        dq, dk, dv = self._hidden_sizes(weights)
-        heads = self.num_heads
         # The one projection GEMM, fresh (B, S, Dq + Dk + Dv).
         if gemm.applies(self.packed, x, weights):
             qkv = gemm.matmul_packed(x, self.packed)
         else:
             qkv = gemm.product(xp, x, weights)
+        return self.attend_projection(qkv, self._hidden_sizes(weights), bias, mask_index, past, attention_bias)
+
+    def attend_projection(self, qkv, sizes, bias=None, mask_index=None, past=None, attention_bias=None):
+        """Everything after the projection, on a fresh (B, S, Dq + Dk + Dv) `qkv` this may add to
+        in place; on its own so that bench/attention_micro.py can time it without the GEMM."""
+        xp = self.xp
+        batch, seq, _ = qkv.shape
+        dq, dk, dv = sizes
+        heads = self.num_heads
         dtype = qkv.dtype.type
         scale = dtype(self.scale or 1.0 / math.sqrt(dq // heads))
         if self.backend.name == "cuda" and cuda_fused.attention_fits(
@@ -367,12 +412,8 @@ class Attention(_AttentionCore):
                 unidirectional=self.unidirectional, mask_filter_value=self.mask_filter_value,
                 want_present=self.want_present,
             )
-        if (
-            past is None
-            and not self.want_present
-            and _reads_heads(xp, qkv)
-            and (bias is None or compiled.accepts(xp, qkv, bias))
-        ):
+        library = None if past is not None or self.want_present else _head_library(xp, qkv)
+        if library is not None and (bias is None or compiled.accepts(xp, qkv, bias)):
             mask = self._additive_mask(mask_index, batch, seq, 0, seq, qkv.dtype)
             compiled_mask = _compiled_mask(xp, (batch, heads, seq, seq), mask, attention_bias)
             if compiled_mask is not None:
@@ -383,7 +424,7 @@ class Attention(_AttentionCore):
                     compiled.add_bias_columns(qkv.reshape(-1, qkv.shape[-1]), bias[: dq + dk])
                 q, k, v = qkv[..., :dq], qkv[..., dq : dq + dk], qkv[..., dq + dk :]
                 v_bias = None if bias is None else bias[dq + dk :]
-                return (_mkl_attend(q, k, v, heads, scale, compiled_mask, v_bias),)
+                return (_attend_in_place(library, self._head_products, q, k, v, heads, scale, compiled_mask, v_bias),)
         bq, bk, bv = (None, None, None) if bias is None else (bias[:dq], bias[dq : dq + dk], bias[dq + dk :])
         q = _heads_contiguous(xp, qkv[..., :dq], heads, bq, scale)
         past_len = 0
@@ -492,6 +533,7 @@ class MultiHeadAttention(_AttentionCore):
         dtype = query.dtype.type
         scale = dtype(self.scale or 1.0 / math.sqrt(head_size))
 
+        library = None
         if (
             key.ndim == 3
             and value is not None
@@ -502,18 +544,20 @@ class MultiHeadAttention(_AttentionCore):
             and past_key is None
             and past_value is None
             and not (self.want_present or self.want_qk)
-            and _reads_heads(xp, query, key, value)
             and (bias is None or compiled.accepts(xp, bias))
         ):
+            library = _head_library(xp, query, key, value)
+        if library is not None:
             mask = self._additive_mask(key_padding_mask, batch, seq, 0, key.shape[1], np.dtype(dtype))
             compiled_mask = _compiled_mask(xp, (batch, heads, seq, key.shape[1]), mask, attention_bias)
             if compiled_mask is not None:
                 # Fresh sums for the query and key, the inputs not being ours to add to; the
-                # value's bias rides on the merge.
+                # value's bias rides on the merge (MKL) or on the context (oneDNN).
                 if bias is not None:
                     query, key = query + bias[:q_hidden], key + bias[q_hidden : 2 * q_hidden]
                 v_bias = None if bias is None else bias[2 * q_hidden :]
-                return (_mkl_attend(query, key, value, heads, scale, compiled_mask, v_bias),)
+                products = self._head_products
+                return (_attend_in_place(library, products, query, key, value, heads, scale, compiled_mask, v_bias),)
 
         # Q, scaled once here instead of on the (B, N, S, T) scores.
         q = _heads_contiguous(xp, query, heads, None if bias is None else bias[:q_hidden], scale)
