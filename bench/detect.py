@@ -249,14 +249,20 @@ def print_report(report: dict) -> None:  # noqa: C901 (one table after another)
         print(f"| {r['model']} {r['engine']} {r['level']} | {r['series']} | {r['false_alarms']} | {recall} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="precision, recall and delay of alerts on planted regressions")
+def add_series_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulated series' sizes, seed and noise data: shared with bench.detect_replay, whose
+    series must be these exactly."""
     parser.add_argument("--projects", type=int, default=8)
     parser.add_argument("--series", type=int, default=30, help="models per project")
     parser.add_argument("--commits", type=int, default=100)
     parser.add_argument("--threshold-pct", type=float, default=Protocol().timing_threshold_pct)
     parser.add_argument("--seed", type=int, default=10)
     parser.add_argument("--data", type=Path, default=DATA)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="precision, recall and delay of alerts on planted regressions")
+    add_series_arguments(parser)
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--diagnose", action="store_true",
                         help="for each step of 10%% or more missed within 2 commits, print its jobs against the bar")

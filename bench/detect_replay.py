@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from bench.detect import DATA, MATCH_AFTER, Series, plan
+from bench.detect import MATCH_AFTER, Series, add_series_arguments, plan
 from service.alerts import timing, timing_alerts
-from service.protocol import Protocol
 
 
 @dataclass
@@ -190,12 +188,7 @@ def report(truth: dict, replays: dict, remeasured: int, args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="bench.detect's timing alerts replayed without the database")
-    parser.add_argument("--projects", type=int, default=8)
-    parser.add_argument("--series", type=int, default=30, help="models per project")
-    parser.add_argument("--commits", type=int, default=100)
-    parser.add_argument("--threshold-pct", type=float, default=Protocol().timing_threshold_pct)
-    parser.add_argument("--seed", type=int, default=10)
-    parser.add_argument("--data", type=Path, default=DATA)
+    add_series_arguments(parser)
     parser.add_argument("--explain", action="store_true", help="print the results around each miss and false alarm")
     args = parser.parse_args()
     report(*replay(args), args)
