@@ -51,3 +51,17 @@ def test_a_delivery_id_is_one_projects_and_bounded(client, session):
     long = _ci(client, "bert", "b" * 40, "x" * 91)
     assert long.status_code == 422 and "X-Fusionwatch-Delivery is longer than 90" in long.json()["detail"]
     assert session.scalar(select(func.count()).select_from(Run)) == 1
+
+
+def test_a_model_sent_under_another_field_name_is_refused_by_name(client, session):
+    _project_with_a_model(client, "stray-field")
+    with BERT.open("rb") as handle:
+        reply = client.post(
+            "/api/v1/webhooks/ci",
+            data={"payload": '{"project": "stray-field", "sha": "c0ffee1"}'},
+            files=[("file", ("bert.onnx", handle, "application/octet-stream"))],
+        )
+    assert reply.status_code == 422, reply.text
+    assert "'file'" in reply.json()["detail"] and "'files'" in reply.json()["detail"]
+    # Nothing was recorded for the commit: its run would have measured the older upload instead.
+    assert session.scalar(select(func.count()).select_from(Run)) == 0

@@ -177,6 +177,12 @@ async def receive_ci(
         if not isinstance(payload, str):
             raise Invalid("multipart CI webhook needs the JSON document in the text field 'payload'")
         files = [f for f in form.getlist("files") if not isinstance(f, str)]
+        # A file under another name would be dropped without a word, and the run would measure the
+        # project's older models as if they were this commit's.
+        stray = sorted({key for key, value in form.multi_items() if key != "files" and not isinstance(value, str)})
+        if stray:
+            raise Invalid(f"multipart CI webhook: file field(s) {', '.join(repr(k) for k in stray[:3])} are not "
+                          "read; send the commit's model exports in the field 'files'")
     else:
         payload = raw if raw is not None else await request.body()
     try:
