@@ -16,16 +16,8 @@ import time
 import numpy as np
 
 import runtime
+from bench.__main__ import feeds_for
 from bench.models import MODELS, model_path
-
-
-def _feeds(session) -> dict[str, np.ndarray]:
-    """Batch 1 and sequence 128 (the benchmark's sizes), token ids and masks of ones, images of ones."""
-    feeds = {}
-    for value in session.get_inputs():
-        shape = [1, *[d if isinstance(d, int) else 128 for d in value.shape[1:]]]
-        feeds[value.name] = np.ones(shape, np.int64 if "int" in value.type else np.float32)
-    return feeds
 
 
 def main() -> None:
@@ -44,7 +36,7 @@ def main() -> None:
             kernel_libraries={"gemm": library, "wait": wait or "sleep"},
         )
         sessions[entrant] = runtime.InferenceSession(path, options)
-    feeds = _feeds(next(iter(sessions.values())))
+    feeds = feeds_for(next(iter(sessions.values())))  # make bench's inputs
     for session in sessions.values():
         session.run(None, feeds)
         session.run(None, feeds)
