@@ -69,6 +69,7 @@ ROUNDS = 8  # timed calls per candidate and shape; the median counts
 _SETTLE_S = 0.15  # before each candidate's block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
 _OPENMP_SETTLE_S = 0.01  # after an OpenMP library's block: its workers spin 1 ms at most
 _HOPELESS = 2.0  # after two rounds, an entrant this many times slower than the fastest stops
+_CLOSE = 0.05  # entrants within 5% of the fastest after `ROUNDS` race as many rounds again
 CONV_ROUNDS = 4  # a ResNet-50 round is ~24 distinct convolutions, 50-70 ms per candidate
 MAX_CONVS = 32  # distinct convolutions timed, the costliest shares first (ResNet-50 has 24)
 DYNAMIC_ROWS = 128  # rows assumed for a product whose A has symbolic dimensions
@@ -487,7 +488,9 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
     An entrant more than `_HOPELESS` times slower than the fastest after two rounds (one in each
     order) runs no more rounds: no handicap or later round would make it win, and on a loaded
     machine OpenBLAS's im2col alone took 1.2 s a round of ResNet-50's convolutions. Its time is
-    the median of the rounds it ran.
+    the median of the rounds it ran. Entrants still within `_CLOSE` of the fastest after all
+    the rounds race as many rounds again among themselves, so a close call is decided on twice
+    the calls.
     """
     calls = {c: [make_call(c, shape) for shape in shapes] for c in candidates}
     samples: dict[str, list[list[float]]] = {c: [[] for _ in shapes] for c in candidates}
@@ -496,24 +499,39 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
     def total_ms(c: str) -> float:
         return round(1e3 * sum(statistics.median(t) * w for t, w in zip(samples[c], weights, strict=True)), 4)
 
+    rounds = rounds or ROUNDS
     running = list(candidates)
-    previous = None
-    for index in range(rounds or ROUNDS):
-        for c in running if index % 2 == 0 else running[::-1]:
+    previous = _timed_rounds(running[:], calls, samples, 2, None, first=True)
+    # Both orders seen: an entrant far behind cannot win; it stops here.
+    fastest = min(total_ms(c) for c in running)
+    running = [c for c in running if total_ms(c) <= _HOPELESS * fastest]
+    previous = _timed_rounds(running, calls, samples, rounds - 2, previous)
+    fastest = min(total_ms(c) for c in running)
+    close = [c for c in running if total_ms(c) <= (1 + _CLOSE) * fastest]
+    if len(close) > 1:
+        # A close call is settled by more calls rather than by the luck of the first ones: on the
+        # quiet AMD EPYC a GPT-2 race chose MKL by 2% (175.5 against oneDNN's 178.9 ms), and
+        # the model then ran 1.4x slower on it than on oneDNN.
+        _timed_rounds(close, calls, samples, rounds, previous)
+    return {c: total_ms(c) for c in candidates}
+
+
+def _timed_rounds(entrants, calls, samples, count: int, previous: str | None, first: bool = False) -> str | None:
+    """`count` rounds of `entrants`' blocks (see `_race`), their times appended to `samples`;
+    the last entrant timed, whose workers the next block's pause waits out."""
+    for index in range(count):
+        for c in entrants if index % 2 == 0 else entrants[::-1]:
             time.sleep(_settle_s(previous))
             previous = c
             calls[c][0]()  # wakes the library's threads (and, the first time, builds primitives)
-            if index == 0:
+            if first and index == 0:
                 for call in calls[c][1:]:
                     call()
             for call, times in zip(calls[c], samples[c], strict=True):
                 started = time.perf_counter()
                 call()
                 times.append(time.perf_counter() - started)
-        if index == 1:  # both orders seen: an entrant far behind cannot win; it stops here
-            fastest = min(total_ms(c) for c in running)
-            running = [c for c in running if total_ms(c) <= _HOPELESS * fastest]
-    return {c: total_ms(c) for c in candidates}
+    return previous
 
 
 def _settle_s(previous: str | None) -> float:

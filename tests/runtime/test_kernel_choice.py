@@ -236,6 +236,27 @@ def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
     assert timings["slow"] >= 2 * timings["quick"] and timings["quick"] < timings["close"]
 
 
+def test_a_close_call_races_as_many_rounds_again(monkeypatch):
+    # "first" and "second" take the same time, a call closer than _CLOSE: both race six more
+    # rounds; "third", 50% behind the fastest, stops with the six.
+    monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
+    monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
+    counts = {"first": 0, "second": 0, "third": 0}
+    pause = {"first": 0.010, "second": 0.010, "third": 0.015}
+
+    def make_call(library, shape):
+        def call():
+            counts[library] += 1
+            time.sleep(pause[library])
+
+        return call
+
+    timings = kernel_choice._race(["first", "second", "third"], [(1, 1, 1, 1)], make_call)
+    # per round, one call that wakes the threads and one timed
+    assert counts == {"first": 24, "second": 24, "third": 12}
+    assert timings["first"] < timings["third"] and timings["second"] < timings["third"]
+
+
 def test_gemm_race_times_the_pass_after_each_product(monkeypatch):
     # The one-thread pass a model runs after a product is part of what is timed (see
     # `_time_gemm`): its output, not only the product's, is written by the call.
