@@ -47,15 +47,21 @@ def provider_name(backend_name: str) -> str:
     return PROVIDER_NAMES.get(backend_name, f"Fusionwatch{backend_name.upper()}")
 
 
-def type_shape(value: Any) -> dict[str, list[int]] | None:
-    """`{"float": [1, 16, 64]}` for a tensor; None for anything ORT would not list (sequences)."""
+def _brief(value: Any) -> tuple:
+    """(dtype, shape, bytes) of a value, all a node event needs of it; dtype None for a value
+    ORT would not list (a sequence)."""
     dtype = getattr(value, "dtype", None)
     if dtype is None:
-        return None
+        return (None, None, nbytes(value))
+    return (dtype, value.shape, int(getattr(value, "nbytes", 0)))
+
+
+def _type_shape(brief: tuple) -> dict[str, list[int]]:
+    dtype, shape, _ = brief
     name = np.dtype(dtype).name if not isinstance(dtype, np.dtype) else dtype.name
     if name.startswith("str") or name.startswith("bytes"):
         name = "string"
-    return {_ORT_TYPE_NAMES.get(name, name): [int(d) for d in value.shape]}
+    return {_ORT_TYPE_NAMES.get(name, name): [int(d) for d in shape]}
 
 
 def nbytes(value: Any) -> int:
@@ -65,50 +71,61 @@ def nbytes(value: Any) -> int:
 
 
 class Profiler:
+    """Collects a session's events; `write` turns them into ORT's JSON.
+
+    A node's event is kept as a tuple of what it needs (its step, times, and each value's dtype,
+    shape and size) and made into ORT's dict only when written: building the dict per node took
+    about 9 us, which on a small model at level `disabled` (120 nodes, 0.47 ms a run) more than
+    doubled every profiled run, and the service times runs from these profiles."""
+
     def __init__(self, file_prefix: str, provider: str) -> None:
         self.file_prefix = file_prefix
         self.provider = provider
         self.started_at = datetime.now()
         self.origin_ns = time.perf_counter_ns()
         self.pid = os.getpid()
-        self.events: list[dict[str, Any]] = []
+        self._events: list[dict[str, Any] | tuple] = []
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every event so far, in ORT's form, in the order recorded."""
+        return [event if isinstance(event, dict) else self._node_event(*event) for event in self._events]
 
     def record(self, category: str, name: str, start_ns: int, end_ns: int, args: dict | None = None) -> None:
-        self.events.append(
-            {
-                "cat": category,
-                "pid": self.pid,
-                "tid": threading.get_native_id(),
-                "dur": (end_ns - start_ns) // 1000,
-                "ts": (start_ns - self.origin_ns) // 1000,
-                "ph": "X",
-                "name": name,
-                "args": args or {},
-            }
-        )
+        self._events.append(self._event(category, name, threading.get_native_id(), start_ns, end_ns, args or {}))
+
+    def _event(self, category: str, name: str, tid: int, start_ns: int, end_ns: int, args: dict) -> dict[str, Any]:
+        return {
+            "cat": category,
+            "pid": self.pid,
+            "tid": tid,
+            "dur": (end_ns - start_ns) // 1000,
+            "ts": (start_ns - self.origin_ns) // 1000,
+            "ph": "X",
+            "name": name,
+            "args": args,
+        }
 
     def record_node(self, plan: Plan, step: Step, start_ns: int, end_ns: int, args: list, results) -> None:
-        activation = parameter = 0
-        input_shapes = []
-        for slot, value in zip(step.inputs, args, strict=True):
-            if value is None:
-                continue
-            if slot in plan.initializer_slots:
-                parameter += nbytes(value)
-            else:
-                activation += nbytes(value)
-            shape = type_shape(value)
-            if shape is not None:
-                input_shapes.append(shape)
-        outputs = [
-            value
+        inputs = tuple(
+            (slot in plan.initializer_slots, _brief(value))
+            for slot, value in zip(step.inputs, args, strict=True)
+            if value is not None
+        )
+        outputs = tuple(
+            _brief(value)
             for slot, value in zip(step.outputs, results, strict=False)
             if slot != SINK_SLOT and value is not None
-        ]
-        output_shapes = [shape for shape in map(type_shape, outputs) if shape is not None]
-        self.record(
+        )
+        self._events.append((step, threading.get_native_id(), start_ns, end_ns, inputs, outputs))
+
+    def _node_event(self, step: Step, tid: int, start_ns: int, end_ns: int, inputs: tuple, outputs: tuple) -> dict:
+        activation = sum(size for is_parameter, (_, _, size) in inputs if not is_parameter)
+        parameter = sum(size for is_parameter, (_, _, size) in inputs if is_parameter)
+        return self._event(
             "Node",
             f"{step.label}_kernel_time",
+            tid,
             start_ns,
             end_ns,
             {
@@ -117,9 +134,9 @@ class Profiler:
                 "node_index": str(step.index),
                 "activation_size": str(activation),
                 "parameter_size": str(parameter),
-                "output_size": str(sum(nbytes(value) for value in outputs)),
-                "input_type_shape": input_shapes,
-                "output_type_shape": output_shapes,
+                "output_size": str(sum(size for _, _, size in outputs)),
+                "input_type_shape": [_type_shape(brief) for _, brief in inputs if brief[0] is not None],
+                "output_type_shape": [_type_shape(brief) for brief in outputs if brief[0] is not None],
             },
         )
 
