@@ -80,6 +80,7 @@ def measure(
         peak_bytes=timed.peak_bytes,
         session_ms=timed.session_ms,
         canary_ms=time_canary(),  # right after the model's runs: the same moment of the machine
+        kernel_libraries=dict(timed.kernel_libraries),
     )
 
 

@@ -61,6 +61,24 @@ def code_changed(result: Result, baseline: Result) -> bool:
     )
 
 
+def library_change(result: Result, baseline: Result) -> str:
+    """"; our engine ran on other kernel libraries than the baseline (gemm mkl-packed → onednn) ..."
+    when both recorded theirs and they differ, else "". The libraries are measured per machine
+    (runtime/kernel_choice.py), so such a step can be the choice's, not the commit's."""
+    before, after = baseline.kernel_libraries or {}, result.kernel_libraries or {}
+    if not before or not after or before == after:
+        return ""
+    changed = ", ".join(
+        f"{family} {before.get(family, '?')} → {after.get(family, '?')}"
+        for family in sorted(set(before) | set(after))
+        if before.get(family) != after.get(family)
+    )
+    return (
+        f"; our engine ran on other kernel libraries than the baseline ({changed}): the session's "
+        "measured choice changed, which can be the step rather than the commit"
+    )
+
+
 def as_job(result: Result) -> timing.Job:
     return timing.Job(samples=result.execute_ms, canary_ms=result.canary_ms)
 
@@ -106,7 +124,7 @@ def evaluate(
             change_pct=verdict.change_pct,
             message=(
                 f"SequentialExecutor::Execute regressed for {where} at commit {commit.sha[:12]} against "
-                f"baseline {baseline_commit.sha[:12]}: {verdict.why}"
+                f"baseline {baseline_commit.sha[:12]}: {verdict.why}{library_change(result, window[0])}"
             ),
             **common,
             baseline_commit_id=baseline_commit.id,

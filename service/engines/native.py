@@ -76,6 +76,7 @@ class FusionwatchEngine:
             top_kernels=timings.top_kernels,
             outputs=dict(zip(output_names, outputs, strict=True)),
             peak_bytes=session.peak_bytes,
+            kernel_libraries=session.kernel_choices.libraries(),
             session_ms=session_ms,
             inputs=describe_feeds(feeds),
             feeds_digest=feeds_digest(feeds),

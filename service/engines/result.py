@@ -86,6 +86,9 @@ class EngineResult:
     execute_samples_ms: list[float] = field(default_factory=list)
     top_kernels: list[dict[str, float | str]] = field(default_factory=list)
     peak_bytes: int | None = None  # peak live intermediates (our executor only)
+    # The kernel library per family our session ran on ({"gemm": "onednn", "conv": "onednn",
+    # "wait": "spin"}: runtime/kernel_choice.py measures the choice per machine); {} for onnxruntime.
+    kernel_libraries: dict[str, str] = field(default_factory=dict)
     # The last run's outputs, for the numeric check against level `disabled`; never serialized
     # (replies and logs quote no tensor).
     outputs: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

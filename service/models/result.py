@@ -62,6 +62,8 @@ class Result(Base):
     mad_ms: Mapped[float | None] = mapped_column(Float)
     top_kernels: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     canary_ms: Mapped[float | None] = mapped_column(Float)  # the job's fixed matrix product (service/canary.py)
+    # Our engine's kernel library per family, as its session chose them (runtime/kernel_choice.py).
+    kernel_libraries: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     max_abs_error: Mapped[float | None] = mapped_column(Float)  # against level `disabled`
     max_rel_error: Mapped[float | None] = mapped_column(Float)
     numeric_ok: Mapped[bool | None] = mapped_column()

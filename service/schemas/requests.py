@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.models.vocabulary import ENGINES, LEVEL_NAMES
 
@@ -36,6 +36,9 @@ class CiWebhook(CommitIn):
     project: str = Field(min_length=1, max_length=200)
 
 
+LibraryName = Annotated[str, StringConstraints(min_length=1, max_length=32)]
+
+
 class ResultIn(BaseModel):
     model: str = Field(min_length=1, max_length=255)
     engine: str = Field(pattern="^(" + "|".join(ENGINES) + ")$")
@@ -59,6 +62,8 @@ class ResultIn(BaseModel):
     peak_bytes: int | None = None
     session_ms: float | None = None
     canary_ms: float | None = Field(None, gt=0)  # service/canary.py, timed by the same job
+    # Our engine's kernel library per family (runtime/kernel_choice.py), e.g. {"gemm": "onednn"}.
+    kernel_libraries: dict[LibraryName, LibraryName] = Field(default_factory=dict, max_length=8)
 
 
 class ResultsDocument(BaseModel):

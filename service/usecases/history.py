@@ -105,6 +105,8 @@ def commit_diff(session: Session, project: Project, sha: str) -> dict[str, Any]:
                 "median_ms": {"before": baseline.median_ms if baseline else None, "after": result.median_ms,
                               "change_pct": _pct(baseline.median_ms if baseline else None, result.median_ms)},
                 "top_kernels": result.top_kernels,
+                "kernel_libraries": {"before": baseline.kernel_libraries if baseline else None,
+                                     "after": result.kernel_libraries},
                 "near_misses": result.near_misses[:50],
             }
         )

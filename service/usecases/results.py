@@ -47,6 +47,7 @@ class Measurement:
     peak_bytes: int | None = None
     session_ms: float | None = None
     canary_ms: float | None = None  # the job's fixed matrix product, timed next to the model (service/canary.py)
+    kernel_libraries: dict[str, str] = field(default_factory=dict)  # our engine's, per kernel family
 
 
 def fingerprint(project_id: int, model_id: int, m: Measurement, machine_class: str) -> str:
@@ -128,6 +129,7 @@ def record_result(
         p90_ms=stats.p90 if stats else None,
         mad_ms=stats.mad if stats else None,
         top_kernels=m.top_kernels,
+        kernel_libraries=dict(m.kernel_libraries),
         max_abs_error=m.max_abs_error,
         max_rel_error=m.max_rel_error,
         numeric_ok=m.numeric_ok,

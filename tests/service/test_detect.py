@@ -100,7 +100,7 @@ def test_a_confirmation_must_agree_in_size():
 # --- over a series, through POST /results ---------------------------------------------------------
 
 
-def _post(client, sha, parents, level, i=0, canary=2.0, graph_hash=None, engine_version=None):
+def _post(client, sha, parents, level, i=0, canary=2.0, graph_hash=None, engine_version=None, libraries=None):
     document = {
         "project": "engine",
         "commit": {"sha": sha, "parents": parents},
@@ -108,7 +108,7 @@ def _post(client, sha, parents, level, i=0, canary=2.0, graph_hash=None, engine_
         "results": [{
             "model": "bert.onnx", "engine": "fusionwatch", "engine_version": engine_version or f"0.{sha}",
             "level": "all", "fusions": {"com.microsoft.BiasGelu": 2}, "graph_hash": graph_hash,
-            "execute_ms": list(job(level, i).samples), "canary_ms": canary,
+            "execute_ms": list(job(level, i).samples), "canary_ms": canary, "kernel_libraries": libraries or {},
         }],
     }
     reply = client.post("/api/v1/results", json=document)
@@ -188,6 +188,34 @@ def test_a_slow_canary_raises_the_bar_by_its_excess(client, history):
     assert _post(client, "c10", ["c9"], 1.25, 0, canary=2.6)["alerts"] == []  # canary +30%: the bar is 35%
     [alert] = _post(client, "c11", ["c10"], 1.5, 1, canary=2.6)["alerts"]
     assert alert["state"] == "suspected" and "canary ran that much slow" in alert["message"]
+
+
+def test_a_step_on_other_kernel_libraries_says_so(client):
+    # The session's measured library choice (runtime/kernel_choice.py) flipped at c10: the alert
+    # names the change, which may be the step; at c11 (same libraries as c10) nothing is added.
+    client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
+    mkl = {"gemm": "mkl-packed", "conv": "onednn", "wait": "spin"}
+    for i in range(10):
+        _post(client, f"c{i}", [f"c{i - 1}"] if i else [], 1.0, i, libraries=mkl)
+    [alert] = _post(client, "c10", ["c9"], 1.25, 0, libraries={**mkl, "gemm": "onednn"})["alerts"]
+    assert "other kernel libraries than the baseline (gemm mkl-packed → onednn)" in alert["message"]
+    assert "conv" not in alert["message"].split("kernel libraries")[1]
+    results = client.get("/api/v1/alerts", params={"kind": "timing-regression"}).json()["items"]
+    assert [a["id"] for a in results] == [alert["id"]]
+
+
+def test_a_step_on_the_same_kernel_libraries_names_none(client, history):
+    [alert] = _post(client, "c10", ["c9"], 1.25, 0, libraries={"gemm": "onednn"})["alerts"]  # baseline recorded none
+    assert "kernel libraries" not in alert["message"]
+
+
+def test_kernel_libraries_are_bounded(client, history):
+    reply = client.post("/api/v1/results", json={
+        "project": "engine", "commit": {"sha": "c10", "parents": ["c9"]},
+        "results": [{"model": "bert.onnx", "engine": "fusionwatch", "engine_version": "1", "level": "all",
+                     "fusions": {}, "kernel_libraries": {"gemm": "x" * 33}}],
+    })
+    assert reply.status_code == 422 and "kernel_libraries" in reply.text
 
 
 def test_unchanged_graph_and_engine_need_a_larger_step(client):

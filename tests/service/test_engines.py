@@ -114,6 +114,15 @@ def test_timings_are_ordered_and_positive(bert_results):
         assert result.session_ms > 0
 
 
+def test_our_results_name_the_kernel_libraries_our_session_ran_on(bert_results):
+    for (engine, _level), result in bert_results.items():
+        if engine == "onnxruntime":
+            assert result.kernel_libraries == {}
+        else:
+            assert set(result.kernel_libraries) >= {"gemm", "conv"}
+            assert result.kernel_libraries["gemm"] in ("mkl-packed", "onednn", "numpy")
+
+
 def test_both_engines_get_the_same_deterministic_feeds(bert_results):
     model = onnx.load(BERT_STATIC)
     first, second = make_feeds(model, 16), make_feeds(model, 16)

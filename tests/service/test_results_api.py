@@ -90,6 +90,7 @@ def test_alerts_filter_acknowledge_history_diff_and_metrics(client, project):
     [entry] = diff["models"]
     assert entry["baseline_commit"] == "a1"
     assert entry["fusions"]["com.microsoft.BiasGelu"] == {"before": 2, "after": 0}
+    assert entry["kernel_libraries"] == {"before": {}, "after": {}}  # none recorded by this client
     metrics = client.get("/metrics").text
     assert 'fusionwatch_alerts_total{kind="fusion-regression"} 1' in metrics
     assert 'fusionwatch_jobs{state="queued"} 0' in metrics
