@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -420,3 +423,25 @@ def test_empty_optional_passes_the_output_contract_only_where_the_output_is_opti
     tensor_out = optional_model("Identity", tensor("y", [3], TensorProto.INT32))
     with pytest.raises(NodeExecutionError, match="returned None for output 0 'y'"):
         InferenceSession(tensor_out, NO_OPT, extra_kernels=[PassThrough]).run(None, {"o": None})
+
+
+def test_constant_nodes_are_placed_once_like_initializers(tmp_path):
+    # As onnxruntime does on load: no step runs a Constant, nor does its profile name one; its value
+    # reaches readers and graph outputs, and a caller changing a returned output changes nothing after.
+    nodes = [
+        helper.make_node("Constant", [], ["c"], name="c", value=numpy_helper.from_array(np.array([1.0, 2.0], np.float32))),
+        helper.make_node("Add", ["x", "c"], ["y"], name="add"),
+    ]
+    model = make_model(nodes, [tensor("x", [2])], [tensor("y", [2]), tensor("c", [2])])
+    options = SessionOptions(graph_optimization_level="disabled", enable_profiling=True,
+                             profile_file_prefix=str(tmp_path / "trace"))
+    ours = InferenceSession(model.SerializeToString(), options)
+    assert [step.node.name for step in ours.plan.steps] == ["add"]
+    x = np.array([10.0, 20.0], np.float32)
+    y, c = ours.run(None, {"x": x})
+    np.testing.assert_array_equal(y, [11.0, 22.0])
+    c[:] = 0  # the caller's copy
+    np.testing.assert_array_equal(ours.run(None, {"x": x})[0], [11.0, 22.0])
+    np.testing.assert_array_equal(ours.run(None, {"x": x})[1], [1.0, 2.0])
+    events = json.loads(Path(ours.end_profiling()).read_text())
+    assert {e["args"]["op_name"] for e in events if e["cat"] == "Node"} == {"Add"}
