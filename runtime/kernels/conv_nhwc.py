@@ -36,11 +36,10 @@ import itertools
 import math
 
 import numpy as np
-import onnx_ir as ir
 
 from optimizer.match import FUSIONWATCH
 from runtime.backends import numpy_backend
-from runtime.kernels import compiled, libraries, onednn
+from runtime.kernels import compiled
 from runtime.kernels.base import Kernel, UnsupportedOp
 from runtime.kernels.conv import _Convolution, conv_output_sizes, spatial_pads
 from runtime.kernels.pool import _window_maxima, _window_sums, _WindowPool
@@ -143,59 +142,10 @@ class NhwcFusedConv(_Convolution):
         # A constant weight is reordered for the GEMM once, on the first run that needs it
         # (none, where oneDNN runs every call), not on every run.
         self._weight = None
-        # The weight oneDNN reorders once, per input shape: a float32 constant no feed can replace.
-        self._primitives: dict = {}
-        weight = node.inputs[1] if len(node.inputs) > 1 else None
-        self._library_weight = None
-        if (
-            weight is not None
-            and weight.const_value is not None
-            and not weight.is_graph_input()
-            and weight.const_value.dtype == ir.DataType.FLOAT
-            and backend.xp is np
-            and onednn.available()
-        ):
-            self._library_weight = weight.const_value.numpy()
 
     def library_primitive(self, x, w, b, z):
-        """The oneDNN primitive for this call (runtime/kernels/onednn.py), or None where the
-        numpy path runs: no oneDNN, a weight that is not a float32 constant, other dtypes."""
-        weight = self._library_weight
-        if (
-            weight is None
-            or not onednn.available()  # e.g. in a forked child (onednn._after_fork_in_child)
-            or libraries.chosen("conv") == "numpy"  # the session measured im2col faster
-            or w.shape != weight.shape
-            or x.dtype != np.float32
-            or (b is not None and (b.dtype != np.float32 or b.shape != (weight.shape[0],)))
-            or (z is not None and z.dtype != np.float32)
-        ):
-            return None
-        key = (x.shape, b is not None, z is not None)
-        primitive = self._primitives.get(key)
-        if primitive is None:
-            sizes = x.shape[1:-1]
-            kernel = weight.shape[2:]
-            if len(sizes) != len(kernel) or len(kernel) not in (1, 2, 3) or weight.shape[1] * self.group != x.shape[-1]:
-                return None  # the numpy path's plan names the mismatch
-            strides = self.strides or [1] * len(kernel)
-            dilations = self.dilations or [1] * len(kernel)
-            begin, end = spatial_pads(self.auto_pad, self.pads, sizes, kernel, strides, dilations)
-            primitive = self._primitives[key] = onednn.ConvPrimitive(
-                x.shape,
-                weight,
-                b is not None,
-                group=self.group,
-                strides=strides,
-                dilations=dilations,
-                begin=begin,
-                end=end,
-                out=conv_output_sizes(sizes, begin, end, kernel, strides, dilations),
-                residual=z is not None,
-            )
-        if z is not None and z.shape != primitive.out_shape:
-            return None
-        return primitive
+        """The oneDNN primitive for this call, or None where the numpy path runs (`_Convolution.onednn_primitive`)."""
+        return self.onednn_primitive(x, w, b, z, channels_last=True)
 
     def _constant_gemm_weight(self, w):
         """The GEMM-ordered constant weight, reordered on first use; None for a weight that is

@@ -319,8 +319,9 @@ def implementation(primitive_desc: _Handle) -> str:
 class ConvPrimitive:
     """One float32 convolution, fixed input shape, constant weight (reordered once, here).
 
-    `x_shape` (N, *spatial, C) and the output are channels-last; the weight is ONNX's
-    (M, C/group, *kernel); `residual`: whether a Z of the output's shape is added.
+    `x_shape` (N, *spatial, C) and the output are channels-last, or with `channels_last=False`
+    (N, C, *spatial) as ONNX's Conv has them; the weight is ONNX's (M, C/group, *kernel);
+    `residual`: whether a Z of the output's shape is added.
     """
 
     def __init__(
@@ -336,16 +337,22 @@ class ConvPrimitive:
         end,
         out,
         residual: bool = False,
+        channels_last: bool = True,
     ) -> None:
         if _load() is None:
             raise RuntimeError(f"oneDNN is not available: {_load_error}")
         rank = len(out)
-        n, *sizes, c = x_shape
         m = weight.shape[0]
-        order = (0, *range(2, 2 + rank), 1)  # oneDNN's dims are (N, C, *spatial); memory is channels-last
+        if channels_last:
+            n, *sizes, c = x_shape
+            order = (0, *range(2, 2 + rank), 1)  # oneDNN's dims are (N, C, *spatial); memory is channels-last
+            self.out_shape = (n, *out, m)
+        else:
+            n, c, *sizes = x_shape
+            order = tuple(range(2 + rank))
+            self.out_shape = (n, m, *out)
         src_dims = [n, c, *sizes]
         dst_dims = [n, m, *out]
-        self.out_shape = (n, *out, m)
         src = _memory_desc(src_dims, _strides(src_dims, order))
         dst = _memory_desc(dst_dims, _strides(dst_dims, order))
         if group == 1:

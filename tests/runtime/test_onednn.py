@@ -1,4 +1,4 @@
-"""oneDNN convolutions (runtime/kernels/onednn.py, behind NhwcFusedConv): taken where they
+"""oneDNN convolutions (runtime/kernels/onednn.py, behind NhwcFusedConv and Conv): taken where they
 should be, equal to the numpy path and to onnxruntime, and left where they should not run.
 
 The kernel tests in test_kernels_nhwc.py already hold NhwcFusedConv to onnxruntime with a
@@ -14,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from runtime.kernels import onednn
+from runtime.kernels import libraries, onednn
+from runtime.kernels.conv import Conv
 from runtime.kernels.conv_nhwc import NhwcFusedConv
 from tests.runtime.test_kernels_nhwc import make_node, onnxruntime_node
 
@@ -74,6 +75,36 @@ def test_constant_weight_conv_runs_on_onednn_and_matches_onnxruntime(name):
     (numpy_path,) = run_time_weight.run(channels_last(x), w, b)
     assert run_time_weight._primitives == {}
     np.testing.assert_allclose(actual, numpy_path, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_constant_weight_nchw_conv_runs_on_onednn_and_matches_onnxruntime(name):
+    # ONNX's own Conv (levels below `layout`), in its NC... layout: the same cases, the same oracle.
+    x_shape, w_shape, attributes = CASES[name]
+    x, w, b = arrays(x_shape, w_shape)
+    kernel = Conv(make_node("Conv", "", 3, attributes, w), 17)
+    (actual,) = kernel.run(x, w, b)
+    assert len(kernel._primitives) == 1, "a constant float32 weight must take the oneDNN path"
+    expected = onnxruntime_node("Conv", [x, w, b], **attributes)
+    assert actual.shape == expected.shape
+    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL)
+    run_time_weight = Conv(make_node("Conv", "", 3, attributes), 17)
+    (numpy_path,) = run_time_weight.run(x, w, b)
+    assert run_time_weight._primitives == {}
+    np.testing.assert_allclose(actual, numpy_path, rtol=RTOL, atol=ATOL)
+
+
+def test_nchw_conv_without_bias_and_with_im2col_chosen():
+    x, w, _ = arrays((1, 8, 10, 12), (6, 8, 3, 3))
+    kernel = Conv(make_node("Conv", "", 2, {"pads": [1, 1, 1, 1]}, w), 17)
+    (actual,) = kernel.run(x, w)
+    np.testing.assert_allclose(actual, onnxruntime_node("Conv", [x, w], pads=[1, 1, 1, 1]), rtol=RTOL, atol=ATOL)
+    assert len(kernel._primitives) == 1
+    chosen_numpy = Conv(make_node("Conv", "", 2, {"pads": [1, 1, 1, 1]}, w), 17)
+    with libraries.using({"conv": "numpy"}):  # the session measured im2col faster
+        (numpy_path,) = chosen_numpy.run(x, w)
+    assert chosen_numpy._primitives == {}
+    np.testing.assert_allclose(numpy_path, actual, rtol=RTOL, atol=ATOL)
 
 
 ACTIVATIONS = {
