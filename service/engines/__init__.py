@@ -18,7 +18,7 @@ from pathlib import Path
 from optimizer import DEFAULT_LIMITS, LEVEL_NAMES, LoadLimits, ModelLoadError, check_model_file
 from service.engines.base import Engine, EngineError
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
-from service.engines.feeds import FeedError, make_feeds
+from service.engines.feeds import FeedError, make_feeds, sequence_inputs
 from service.engines.native import FusionwatchEngine
 from service.engines.onnxruntime import OnnxruntimeEngine
 from service.engines.result import EngineResult, TimingStats
@@ -87,6 +87,20 @@ def run_engine(
         feeds = make_feeds(model, sequence_length)
     except FeedError as error:
         raise EngineError(name, level, path, f"cannot make inputs: {error}") from error
-    return engine.run(
-        path, level, feeds, runs=runs, warmup=warmup, threads=threads, disabled=tuple(disabled), custom_ops=custom_ops
-    )
+    try:
+        return engine.run(
+            path, level, feeds, runs=runs, warmup=warmup, threads=threads, disabled=tuple(disabled),
+            custom_ops=custom_ops,
+        )  # fmt: skip
+    except EngineError as error:
+        lengthened = sequence_inputs(model)
+        if not lengthened or not error.problem.startswith("failed while running"):
+            raise
+        # The usual cause with an export that takes fewer positions than the default 128: its
+        # position table is shorter, and an Add or a Gather deep in the graph says only "shapes".
+        raise EngineError(
+            name, level, path,
+            f"{error.problem} (the symbolic dimensions of {', '.join(repr(n) for n in lengthened[:4])} were "
+            f"set to the sequence length {sequence_length}; a model that takes fewer positions needs a "
+            "smaller one: `--sequence-length N`, or the project's `sequence_length` setting)",
+        ) from error  # fmt: skip

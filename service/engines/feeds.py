@@ -55,6 +55,23 @@ def feeds_digest(feeds: Mapping[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
+def sequence_inputs(model: onnx.ModelProto) -> list[str]:
+    """The graph inputs with a dimension `make_feeds` sets to the sequence length (symbolic, not
+    the batch), in graph order."""
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    return [
+        value.name
+        for value in model.graph.input
+        if value.name not in initializers
+        and value.type.WhichOneof("value") == "tensor_type"
+        and any(_is_sequence_dim(axis, dim) for axis, dim in enumerate(value.type.tensor_type.shape.dim))
+    ]
+
+
+def _is_sequence_dim(axis: int, dim) -> bool:
+    return not (dim.HasField("dim_value") and dim.dim_value > 0) and not (axis == 0 or "batch" in dim.dim_param.lower())
+
+
 def _dtype_and_shape(value: onnx.ValueInfoProto, sequence_length: int) -> tuple[np.dtype, tuple[int, ...]]:
     kind = value.type.WhichOneof("value")
     if kind != "tensor_type":
@@ -77,10 +94,10 @@ def _dtype_and_shape(value: onnx.ValueInfoProto, sequence_length: int) -> tuple[
     for axis, dim in enumerate(tensor.shape.dim):
         if dim.HasField("dim_value") and dim.dim_value > 0:
             shape.append(dim.dim_value)
-        elif axis == 0 or "batch" in dim.dim_param.lower():
-            shape.append(1)
-        else:
+        elif _is_sequence_dim(axis, dim):
             shape.append(sequence_length)
+        else:
+            shape.append(1)
     return dtype, tuple(shape)
 
 

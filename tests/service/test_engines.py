@@ -247,3 +247,15 @@ def test_onnxruntime_fusions_are_new_nodes_of_ops_our_rules_emit():
     assert fusions == {"Gemm": 1, "com.microsoft.FusedConv": 1}
     # At basic no rule of ours emits FusedConv, so it is not counted there.
     assert ort_engine.count_ops(optimized, original, "basic")[1] == {"Gemm": 1}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_a_sequence_longer_than_the_model_takes_names_the_setting(engine):
+    # The dynamo BERT fixture has 64 positions; the default 128 breaks a broadcast deep in the graph.
+    with pytest.raises(EngineError) as raised:
+        run_engine(engine, MODELS / "bert_dynamo_opset20.onnx", "disabled", runs=1, warmup=0)
+    message = str(raised.value)
+    assert "failed while running" in message
+    assert "'input_ids'" in message and "sequence length 128" in message and "--sequence-length" in message
+    result = run_engine(engine, MODELS / "bert_dynamo_opset20.onnx", "disabled", runs=1, warmup=0, sequence_length=16)
+    assert result.inputs["input_ids"] == "int64[1, 16]"
