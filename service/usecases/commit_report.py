@@ -52,6 +52,13 @@ class ResultDiff:
     stopped_rules: list[str]  # rules whose fused op dropped
     near_misses: list[dict[str, Any]] = field(default_factory=list)  # those rules' near misses
     stopped_entirely: bool = False  # every dropped fused op fell to zero: the rules stopped firing
+    # Our engine's kernel library per family, this result's and the baseline's ({} where not recorded).
+    libraries: dict[str, str] = field(default_factory=dict)
+    baseline_libraries: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def libraries_changed(self) -> bool:
+        return bool(self.libraries and self.baseline_libraries and self.libraries != self.baseline_libraries)
 
 
     @property
@@ -115,6 +122,8 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
         stopped_rules=stopped,
         near_misses=[m for m in result.near_misses if m.get("rule") in stopped],
         stopped_entirely=bool(dropped) and all(not c.after for c in fusions if c.name in dropped),
+        libraries=dict(result.kernel_libraries or {}),
+        baseline_libraries=dict(baseline.kernel_libraries or {}) if baseline else {},
     )
 
 

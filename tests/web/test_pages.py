@@ -154,3 +154,19 @@ def test_a_commit_message_cannot_close_the_chart_script(client):
     html = client.get("/projects/p/models/bert.onnx").text
     assert "</script><script>alert(1)" not in html
     assert _figure(html, "timing-figure")["data"][2]["customdata"][0][2] == "</script><script>alert(1)</script>"
+
+
+def test_commit_page_names_the_kernel_libraries_and_a_change_of_them(client):
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    for sha, parents, gemm in (("c0", [], "mkl-packed"), ("c1", ["c0"], "onednn"), ("c2", ["c1"], "onednn")):
+        client.post("/api/v1/results", json={
+            "project": "engine", "commit": {"sha": sha, "parents": parents},
+            "results": [{"model": "bert.onnx", "engine": "fusionwatch", "engine_version": "1", "level": "all",
+                         "fusions": {}, "execute_ms": [1.0, 1.1, 1.0],
+                         "kernel_libraries": {"gemm": gemm, "conv": "onednn", "wait": "spin"}}],
+        }).raise_for_status()
+    changed = client.get("/projects/engine/commits/c1").text
+    assert '<p class="libraries worse">' in changed
+    assert re.search(r"Kernel libraries:\s+conv onednn,\s+gemm mkl-packed → onednn,\s+wait spin", changed)
+    same = client.get("/projects/engine/commits/c2").text
+    assert '<p class="libraries">' in same and "→" not in same.split("Kernel libraries:")[1].split("</p>")[0]
