@@ -12,7 +12,7 @@ posting the 10th did.
 
 from __future__ import annotations
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from service.models import Commit, Result
@@ -33,34 +33,78 @@ def measured_ancestors(session: Session, result: Result, limit: int) -> list[Res
     return _ancestry(session, result, commit, limit) or _earlier_on_branch(session, result, commit, limit)
 
 
+# The walk's statements, built once: POST /results walks 100 measured ancestors for its timing window
+# (service/alerts/timing_alerts.py), and building and compiling a statement per generation cost
+# more than the database's work.
+_COMMITS_NAMED = select(Commit.id, Commit.sha, Commit.parents).where(
+    Commit.project_id == bindparam("project_id"), Commit.sha.in_(bindparam("shas", expanding=True)))
+_EARLIER_ON_BRANCH = (
+    select(Commit.id, Commit.sha, Commit.parents)
+    .where(Commit.project_id == bindparam("project_id"), Commit.branch == bindparam("branch"),
+           Commit.seq < bindparam("seq"))
+    .order_by(Commit.seq.desc())
+    .limit(bindparam("count"))
+)
+_MEASURED = (
+    select(Result)
+    .where(Result.fingerprint == bindparam("fingerprint"), Result.commit_id.in_(bindparam("commit_ids", expanding=True)),
+           Result.id != bindparam("result_id"))
+    .order_by(Result.id)
+)
+
+
 def _measured(session: Session, result: Result, commit_ids: list[int]) -> dict[int, Result]:
     """The latest result with this fingerprint at each of these commits."""
-    rows = session.scalars(
-        select(Result)
-        .where(Result.fingerprint == result.fingerprint, Result.commit_id.in_(commit_ids), Result.id != result.id)
-        .order_by(Result.id)
-    ).all()
+    rows = session.scalars(_MEASURED, {"fingerprint": result.fingerprint, "commit_ids": commit_ids,
+                                       "result_id": result.id or 0})  # 0: no row's id (a result not yet flushed)
     return {row.commit_id: row for row in rows}
 
 
+class _Commits:
+    """(id, parents) of the project's commits by sha, for the walk: read ahead once, as the commits
+    that arrived on the branch just before the walk's start (on a branch's history, its nearest
+    ancestors), and the rest by sha a generation at a time, as the walk meets them."""
+
+    def __init__(self, session: Session, start: Commit, read_ahead: int) -> None:
+        self.session, self.project_id = session, start.project_id
+        rows = session.execute(_EARLIER_ON_BRANCH, {"project_id": start.project_id, "branch": start.branch,
+                                                    "seq": start.seq, "count": read_ahead})
+        self._known = {row.sha: (row.id, row.parents) for row in rows}
+
+    def generation(self, shas: list[str]) -> list[tuple[int, str, list[str]]]:
+        """(id, sha, parents) of those of `shas` that are the project's commits, in their order."""
+        missing = [sha for sha in shas if sha not in self._known]
+        if missing:
+            for row in self.session.execute(_COMMITS_NAMED, {"project_id": self.project_id, "shas": missing}):
+                self._known[row.sha] = (row.id, row.parents)
+        return [(self._known[sha][0], sha, self._known[sha][1] or []) for sha in shas if sha in self._known]
+
+
 def _ancestry(session: Session, result: Result, commit: Commit, limit: int) -> list[Result]:
+    """Breadth-first over parents, a generation at a time, each in its parents' order. The results
+    on the commits visited are asked for in batches (at least as many commits as results still
+    wanted): the order found, and so the nearest `limit`, is the walk's whatever the batches."""
+    commits = _Commits(session, commit, read_ahead=2 * limit)
     found: list[Result] = []
+    visited: list[int] = []  # commits whose results are not asked for yet
     seen = {commit.sha}
     frontier = [sha for sha in dict.fromkeys(commit.parents or []) if sha not in seen]
     for _ in range(MAX_GENERATIONS):
-        if not frontier or len(found) >= limit:
+        if not frontier:
             break
         seen.update(frontier)
-        rows = session.execute(
-            select(Commit.id, Commit.sha, Commit.parents).where(
-                Commit.project_id == commit.project_id, Commit.sha.in_(frontier)
-            )
-        ).all()
-        order = {sha: i for i, sha in enumerate(frontier)}
-        rows = sorted(rows, key=lambda row: order[row.sha])
-        measured = _measured(session, result, [row.id for row in rows]) if rows else {}
-        found += [measured[row.id] for row in rows if row.id in measured]  # nearest first, in the parents' order
-        frontier = list(dict.fromkeys(sha for row in rows for sha in (row.parents or []) if sha not in seen))
+        rows = commits.generation(frontier)
+        visited += [commit_id for commit_id, _, _ in rows]
+        frontier = list(dict.fromkeys(sha for _, _, parents in rows for sha in parents if sha not in seen))
+        if visited and (len(visited) >= limit - len(found) or not frontier):
+            measured = _measured(session, result, visited)
+            found += [measured[commit_id] for commit_id in visited if commit_id in measured]
+            visited = []
+            if len(found) >= limit:
+                break
+    if visited:  # the walk's last generations, when it stopped at MAX_GENERATIONS
+        measured = _measured(session, result, visited)
+        found += [measured[commit_id] for commit_id in visited if commit_id in measured]
     return found[:limit]
 
 
