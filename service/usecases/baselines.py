@@ -13,7 +13,7 @@ posting the 10th did.
 from __future__ import annotations
 
 from sqlalchemy import and_, bindparam, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from service.models import Commit, Result
 
@@ -26,11 +26,13 @@ def find_baseline(session: Session, result: Result) -> Result | None:
     return nearest[0] if nearest else None
 
 
-def measured_ancestors(session: Session, result: Result, limit: int) -> list[Result]:
+def measured_ancestors(session: Session, result: Result, limit: int, timings_only: bool = False) -> list[Result]:
     """Up to `limit` results with this fingerprint on the commit's measured ancestors, nearest first (the
-    latest result per commit); when no ancestor is measured, on earlier commits of the branch."""
+    latest result per commit); when no ancestor is measured, on earlier commits of the branch.
+    `timings_only`: the ancestors' TIMING_COLUMNS are read, and any other column when first used."""
     commit = session.get(Commit, result.commit_id)
-    return _ancestry(session, result, commit, limit) or _earlier_on_branch(session, result, commit, limit)
+    return (_ancestry(session, result, commit, limit, timings_only)
+            or _earlier_on_branch(session, result, commit, limit))
 
 
 # The walk's statements, built once: POST /results walks 100 measured ancestors for its timing window
@@ -51,12 +53,18 @@ _MEASURED = (
            Result.id != bindparam("result_id"))
     .order_by(Result.id)
 )
+# What the timing window uses of each of its 100 ancestors (service/alerts/timing_alerts.py): decoding
+# every result's JSON columns (near misses, rules, kernels, op counts) was a fifth of a POST /results.
+TIMING_COLUMNS = (Result.id, Result.commit_id, Result.fingerprint, Result.execute_ms, Result.canary_ms,
+                  Result.graph_hash, Result.engine_version)
+_MEASURED_TIMINGS = _MEASURED.options(load_only(*TIMING_COLUMNS))
 
 
-def _measured(session: Session, result: Result, commit_ids: list[int]) -> dict[int, Result]:
+def _measured(session: Session, result: Result, commit_ids: list[int], timings_only: bool = False) -> dict[int, Result]:
     """The latest result with this fingerprint at each of these commits."""
-    rows = session.scalars(_MEASURED, {"fingerprint": result.fingerprint, "commit_ids": commit_ids,
-                                       "result_id": result.id or 0})  # 0: no row's id (a result not yet flushed)
+    rows = session.scalars(_MEASURED_TIMINGS if timings_only else _MEASURED,
+                           {"fingerprint": result.fingerprint, "commit_ids": commit_ids,
+                            "result_id": result.id or 0})  # 0: no row's id (a result not yet flushed)
     return {row.commit_id: row for row in rows}
 
 
@@ -80,7 +88,7 @@ class _Commits:
         return [(self._known[sha][0], sha, self._known[sha][1] or []) for sha in shas if sha in self._known]
 
 
-def _ancestry(session: Session, result: Result, commit: Commit, limit: int) -> list[Result]:
+def _ancestry(session: Session, result: Result, commit: Commit, limit: int, timings_only: bool) -> list[Result]:
     """Breadth-first over parents, a generation at a time, each in its parents' order. The results
     on the commits visited are asked for in batches (at least as many commits as results still
     wanted): the order found, and so the nearest `limit`, is the walk's whatever the batches."""
@@ -97,13 +105,13 @@ def _ancestry(session: Session, result: Result, commit: Commit, limit: int) -> l
         visited += [commit_id for commit_id, _, _ in rows]
         frontier = list(dict.fromkeys(sha for _, _, parents in rows for sha in parents if sha not in seen))
         if visited and (len(visited) >= limit - len(found) or not frontier):
-            measured = _measured(session, result, visited)
+            measured = _measured(session, result, visited, timings_only)
             found += [measured[commit_id] for commit_id in visited if commit_id in measured]
             visited = []
             if len(found) >= limit:
                 break
     if visited:  # the walk's last generations, when it stopped at MAX_GENERATIONS
-        measured = _measured(session, result, visited)
+        measured = _measured(session, result, visited, timings_only)
         found += [measured[commit_id] for commit_id in visited if commit_id in measured]
     return found[:limit]
 
