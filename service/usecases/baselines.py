@@ -32,7 +32,7 @@ def measured_ancestors(session: Session, result: Result, limit: int, timings_onl
     `timings_only`: the ancestors' TIMING_COLUMNS are read, and any other column when first used."""
     commit = session.get(Commit, result.commit_id)
     return (_ancestry(session, result, commit, limit, timings_only)
-            or _earlier_on_branch(session, result, commit, limit))
+            or _earlier_on_branch(session, result, commit, limit, timings_only))
 
 
 # The walk's statements, built once: POST /results walks 100 measured ancestors for its timing window
@@ -116,9 +116,10 @@ def _ancestry(session: Session, result: Result, commit: Commit, limit: int, timi
     return found[:limit]
 
 
-def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: int) -> list[Result]:
+def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: int, timings_only: bool) -> list[Result]:
     """By timestamp where this commit has one (ties and untimed commits by arrival), else by arrival;
-    the latest result per commit."""
+    the latest result per commit. On PostgreSQL this is the usual way for results posted at once for
+    consecutive commits: a parent still being written by another request is not visible to the walk."""
     if commit.timestamp is None:
         earlier = Commit.seq < commit.seq
         order = (Commit.seq.desc(),)
@@ -141,6 +142,7 @@ def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: 
         )
         .order_by(*order, Result.id.desc())
         .limit(limit * 4)  # re-measured commits hold several results; one per commit is kept
+        .options(*([load_only(*TIMING_COLUMNS)] if timings_only else []))
     ).all()
     latest: dict[int, Result] = {}
     for row in rows:
