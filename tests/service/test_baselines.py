@@ -70,3 +70,15 @@ def test_a_long_history_is_walked_in_a_few_statements(client, session, statement
     assert _shas(session, nearest[:3]) == ["c128", "c127", "c126"] and len(nearest) == 100
     # The commit, the branch's commits read ahead, one batch of results (not two statements a generation).
     assert len(walked) <= 3, walked
+
+
+def test_without_measured_ancestors_the_branch_order_stands_in_one_result_per_commit(client, session):
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    for sha in ("a0", "a1", "a2", "a3", "a3", "a4", "a4", "a4", "a5"):  # parentless: CI named no parents
+        _post(client, sha, [])
+    last = _latest_result(session, "a5")
+    for timings_only in (False, True):
+        nearest = measured_ancestors(session, last, limit=3, timings_only=timings_only)
+        assert _shas(session, nearest) == ["a4", "a3", "a2"]
+        assert [r.id for r in nearest[:2]] == [_latest_result(session, "a4").id, _latest_result(session, "a3").id]
+    assert _shas(session, measured_ancestors(session, last, limit=10)) == ["a4", "a3", "a2", "a1", "a0"]
