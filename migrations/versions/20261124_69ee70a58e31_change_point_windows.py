@@ -2,7 +2,7 @@
 history without running every window's permutation tests again (service/models/change_point_window.py).
 
 Revision ID: 69ee70a58e31
-Revises: 89613762e42c
+Revises: a91c5e3b7d20
 Create Date: 2026-11-24
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "69ee70a58e31"
-down_revision = "89613762e42c"
+down_revision = "a91c5e3b7d20"
 branch_labels = None
 depends_on = None
 

@@ -56,7 +56,7 @@ _MEASURED = (
 # What the timing window uses of each of its 100 ancestors (service/alerts/timing_alerts.py): decoding
 # every result's JSON columns (near misses, rules, kernels, op counts) was a fifth of a POST /results.
 TIMING_COLUMNS = (Result.id, Result.commit_id, Result.fingerprint, Result.execute_ms, Result.canary_ms,
-                  Result.graph_hash, Result.engine_version)
+                  Result.graph_hash, Result.engine_version, Result.kernel_libraries)
 _MEASURED_TIMINGS = _MEASURED.options(load_only(*TIMING_COLUMNS))
 
 
