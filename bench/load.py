@@ -13,7 +13,9 @@ drives, with a fixed number of requests in flight and a write token:
   3. POST /results, one commit each, building a 10,000-commit series;
   4. history reads of that whole series: the first apart (it computes every window's change points),
      then --reads reads again, then --new-results times a new result and the read after it (the
-     last window or two computed again): the target is < 100 ms.
+     last window or two computed again): the target is < 100 ms;
+  5. the server restarted, and the history read once more: the windows are read from the database
+     (service/usecases/change_point_windows.py), not computed again.
 
 Prints a table and writes bench/results/load.json with the machine's CPU and load average. Beside
 req/s and latency it prints the server's CPU time per request, which moves less than req/s when
@@ -215,6 +217,16 @@ async def _after_new_results(count: int, post, read, server_pid: int) -> dict | 
                     client_cpu)
 
 
+def _read_history(connection: Connection, i: int):
+    return connection.request("GET", "/projects/load/history?model=series.onnx&limit=10000")
+
+
+async def _read_history_after_restart(port: int, token: str, server_pid: int) -> dict:
+    """The series' history read once by a server started afresh on the same database: no change-point
+    windows in its memory, so it reads the ones the first server stored (or computes them all)."""
+    return await _drive(1, 1, _read_history, lambda: Connection("127.0.0.1", port, "/api/v1", token), server_pid)
+
+
 async def _run(port: int, token: str, args, server_pid: int) -> dict:
     def connect() -> Connection:
         return Connection("127.0.0.1", port, "/api/v1", token)
@@ -246,9 +258,6 @@ async def _run(port: int, token: str, args, server_pid: int) -> dict:
         }
         return connection.request("POST", "/results", json.dumps(document).encode())
 
-    def history(connection: Connection, i: int):
-        return connection.request("GET", "/projects/load/history?model=series.onnx&limit=10000")
-
     report = {
         "webhooks": await _drive(args.webhooks, args.concurrency, webhook, connect, server_pid),
         "uploads": await _drive(args.uploads, args.concurrency, upload, connect, server_pid),
@@ -258,14 +267,14 @@ async def _run(port: int, token: str, args, server_pid: int) -> dict:
         return report
     # The first read computes the series' change points (E-divisive, permutation tests: seconds over
     # 10,000 commits); reads after it, with no new result in between, find them remembered.
-    report["history_first_read"] = await _drive(1, 1, history, connect, server_pid)
-    check = await history(setup, 0)
+    report["history_first_read"] = await _drive(1, 1, _read_history, connect, server_pid)
+    check = await _read_history(setup, 0)
     if check.status_code >= 400:
         raise SystemExit(f"history read failed: {check.status_code} {check.text[:300]}")
     points = len(check.json()["series"][0]["points"])
-    report["history_reads"] = await _drive(args.reads, 1, history, connect, server_pid) | {"points": points}
+    report["history_reads"] = await _drive(args.reads, 1, _read_history, connect, server_pid) | {"points": points}
     report["history_after_new_result"] = await _after_new_results(
-        args.new_results, lambda i: result(setup, args.results + i), lambda: history(setup, 0), server_pid)
+        args.new_results, lambda i: result(setup, args.results + i), lambda: _read_history(setup, 0), server_pid)
     await setup.close()
     return report
 
@@ -353,7 +362,8 @@ def main() -> None:
           f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
     print(f"{'':26}{'requests':>9}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'server CPU ms/req':>19}"
           f"{'client CPU ms/req':>19}")
-    for name in ("webhooks", "uploads", "results", "history_first_read", "history_reads", "history_after_new_result"):
+    for name in ("webhooks", "uploads", "results", "history_first_read", "history_reads", "history_after_new_result",
+                 "history_after_restart"):
         row = report.get(name)
         if row is None:
             continue
@@ -368,14 +378,25 @@ def main() -> None:
 
 
 def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, token: str, args) -> dict:
+    report = _serving(fusionwatch, env, folder, args.workers, args.profile,
+                      lambda port, pid: _run(port, token, args, pid))
+    if args.results:
+        # Then a restart: the first history read of a fresh process, beside the first server's cold one.
+        report["history_after_restart"] = _serving(fusionwatch, env, folder, args.workers, None,
+                                                   lambda port, pid: _read_history_after_restart(port, token, pid))
+    return report
+
+
+def _serving(fusionwatch: list[str], env: dict[str, str], folder: Path, workers: int, profile: Path | None, drive):
+    """`drive(port, server_pid)`'s report, run against `fusionwatch serve` started for it and stopped after."""
     port = _free_port()
-    log = (folder / "serve.log").open("w")
-    serve = [*fusionwatch, "serve", "--port", str(port), "--workers", str(args.workers)]
-    if args.profile is not None:
+    log = (folder / "serve.log").open("a")
+    serve = [*fusionwatch, "serve", "--port", str(port), "--workers", str(workers)]
+    if profile is not None:
         py_spy = shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy"
-        output_format = "raw" if args.profile.suffix == ".txt" else "flamegraph"  # raw: collapsed stacks, one a line
+        output_format = "raw" if profile.suffix == ".txt" else "flamegraph"  # raw: collapsed stacks, one a line
         serve = [py_spy, "record", "--subprocesses", "--gil", "--nonblocking", "--rate", "250", "--format", output_format,
-                 "-o", str(args.profile.resolve()), "--", *serve]
+                 "-o", str(profile.resolve()), "--", *serve]
     server = subprocess.Popen(serve, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
@@ -388,10 +409,10 @@ def _serve_and_drive(fusionwatch: list[str], env: dict[str, str], folder: Path, 
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise SystemExit(f"the service did not start:\n{(folder / 'serve.log').read_text()}") from None
                 time.sleep(0.25)
-        return asyncio.run(_run(port, token, args, server.pid))
+        return asyncio.run(drive(port, server.pid))
     finally:
         # py-spy writes its flame graph on SIGINT, and passes it on to the server.
-        server.send_signal(signal.SIGINT if args.profile is not None else signal.SIGTERM)
+        server.send_signal(signal.SIGINT if profile is not None else signal.SIGTERM)
         server.wait(timeout=60)
 
 

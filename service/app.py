@@ -41,8 +41,8 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
     """
     config = config or settings
     url = database_url or config.database_url
-    engine = make_engine(url)
-    read_engine = make_engine(url, sqlite_immediate=False) if engine.dialect.name == "sqlite" else engine
+    engine = make_engine(url, pool_size=config.database_pool_size)
+    read_engine = make_engine(url, sqlite_immediate=False, pool_size=config.database_pool_size) if engine.dialect.name == "sqlite" else engine
     services = Services(
         settings=config,
         session_factory=make_session_factory(engine),

@@ -16,26 +16,35 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
 
+# Connections a process keeps open, and as many more it may open for a burst (closed when given
+# back). SQLAlchemy's default, 5 (+10), is below the requests the API serves at once (anyio's 40
+# threads; bench/load.py keeps 16 in flight): every request past the fifth closed its connection
+# when done and the next one opened a new one, a PostgreSQL backend forked and set up each time.
+# At 16 in flight that was one new connection per four webhooks (705 over 3,000) and p99 183 ms;
+# with 20 kept, 23 connections over the run and p99 62-108 ms (bench/load.py, load average 4-8).
+DEFAULT_POOL_SIZE = 20
 
-def make_engine(database_url: str, sqlite_immediate: bool = True) -> Engine:
+
+def make_engine(database_url: str, sqlite_immediate: bool = True, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
     """`sqlite_immediate=False` is for sessions that only read (tests looking behind the API's back):
-    their transactions then never hold SQLite's write lock."""
+    their transactions then never hold SQLite's write lock. `pool_size`: see DEFAULT_POOL_SIZE."""
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite":
-        return _sqlite_engine(database_url, sqlite_immediate)
+        return _sqlite_engine(database_url, sqlite_immediate, pool_size)
     if url.get_backend_name() == "postgresql" and url.get_driver_name() != "psycopg":
         raise ValueError(f"database URL {url!r}: use the psycopg 3 driver, postgresql+psycopg://...")
     # pre_ping: a long-lived service outlives PostgreSQL restarts; a stale pooled connection is retried.
-    return create_engine(database_url, pool_pre_ping=True)
+    return create_engine(database_url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
 
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 30.0
 
 
-def _sqlite_engine(database_url: str, immediate: bool) -> Engine:
+def _sqlite_engine(database_url: str, immediate: bool, pool_size: int) -> Engine:
     database = make_url(database_url).database
-    if database and database != ":memory:" and not database.startswith("file:"):
+    a_plain_file = bool(database) and database != ":memory:" and not database.startswith("file:")
+    if a_plain_file:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     # One writer at a time per engine, queued here rather than inside SQLite: a thread waiting for
     # SQLite's write lock polls it with sleeps growing to 100 ms, so under concurrent requests a
@@ -43,7 +52,9 @@ def _sqlite_engine(database_url: str, immediate: bool) -> Engine:
     # 1.5 s at a 14 ms median). Threads of this process now wait on a Python lock and are woken the
     # moment the previous transaction ends; other processes (the worker) still meet busy_timeout.
     writer_lock = threading.Lock() if immediate else None
-    engine = create_engine(database_url, connect_args={"factory": _writer_connection(writer_lock)})
+    # In-memory and URI databases get SQLAlchemy's own pools, which have no size to set.
+    pool = {"pool_size": pool_size, "max_overflow": pool_size} if a_plain_file else {}
+    engine = create_engine(database_url, connect_args={"factory": _writer_connection(writer_lock)}, **pool)
 
     # pysqlite opens transactions only before INSERT/UPDATE/DELETE, so DDL and reads run outside
     # them and a failed migration or upload could leave half its work behind. Turning its own

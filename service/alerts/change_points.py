@@ -100,21 +100,27 @@ def _windows(first: int, n: int, window: int, seed: int) -> list[tuple[int, int,
 class WindowResults:
     """Each window's splits (offsets in the window, p-values), by the window's values, seed and p: a
     window's result depends on nothing else. Least recently used ones are dropped past `capacity`
-    (a window's entry is a few dozen bytes: 20,000 windows cover 50 series of 10,000 commits)."""
+    (a window's entry is a few dozen bytes: 20,000 windows cover 50 series of 10,000 commits).
+
+    `splits` and `keep` are what `change_points` asks and tells; `keep` is told of windows it
+    computed, `remember` of ones found elsewhere (the database: usecases/change_point_windows.py)."""
 
     def __init__(self, capacity: int = 20_000) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[bytes, list[tuple[int, float]]] = OrderedDict()
+        self._entries: OrderedDict[str, list[tuple[int, float]]] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
-    def _key(values: np.ndarray, seed: tuple[int, int], p_value: float) -> bytes:
+    def key(values: np.ndarray, seed: tuple[int, int], p_value: float) -> str:
+        """The hex SHA-256 of everything a window's splits depend on."""
         digest = hashlib.sha256(np.ascontiguousarray(values).tobytes())
         digest.update(repr((seed, p_value, PERMUTATIONS, MIN_SIDE)).encode())
-        return digest.digest()
+        return digest.hexdigest()
 
     def splits(self, values: np.ndarray, seed: tuple[int, int], p_value: float) -> list[tuple[int, float]] | None:
-        key = self._key(values, seed, p_value)
+        return self.splits_by_key(self.key(values, seed, p_value))
+
+    def splits_by_key(self, key: str) -> list[tuple[int, float]] | None:
         with self._lock:
             found = self._entries.get(key)
             if found is not None:
@@ -122,9 +128,12 @@ class WindowResults:
             return found
 
     def keep(self, values: np.ndarray, seed: tuple[int, int], p_value: float, splits: list[tuple[int, float]]) -> None:
-        key = self._key(values, seed, p_value)
+        self.remember(self.key(values, seed, p_value), splits)
+
+    def remember(self, key: str, splits: list[tuple[int, float]]) -> None:
         with self._lock:
             self._entries[key] = splits
+            self._entries.move_to_end(key)
             while len(self._entries) > self.capacity:
                 self._entries.popitem(last=False)
 

@@ -26,7 +26,7 @@ def measured_ancestry(session: Session, result: Result, policy: timing.TimingPol
     """The measured ancestors a window is drawn from, nearest first (service/usecases/baselines.py). Five
     windows' worth: baseline_window skips suspected alerts that were never confirmed, and the decision
     estimates the series' job-to-job noise from all of them (`timing.decide`'s history)."""
-    return measured_ancestors(session, result, limit=policy.window * 5)
+    return measured_ancestors(session, result, limit=policy.window * 5, timings_only=True)
 
 
 def series_timing_alerts(session: Session, fingerprint: str) -> dict[int, Alert]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.config import Settings
 from service.storage import ModelStore
+from service.usecases.known_projects import KnownProjects
 from service.usecases.models import UploadLimits
 
 
@@ -26,6 +27,7 @@ class Services:
     store: ModelStore
     upload_limits: UploadLimits
     database: str  # the database's URL, password hidden: what remembered API tokens were checked against
+    known_projects: KnownProjects = field(default_factory=KnownProjects)  # the webhooks' and results' look-up
 
 
 def get_services(request: Request) -> Services:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.db import DEFAULT_POOL_SIZE
 
 # service/core/config.py -> the checkout's root, where alembic.ini, migrations/ and var/ live.
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +25,9 @@ class Settings(BaseSettings):
 
     # SQLite needs no server, so `make run` works on a bare machine; its folder is created on first use.
     database_url: str = f"sqlite:///{REPO_ROOT / 'var' / 'fusionwatch.db'}"
+    # Database connections each API process keeps open (as many again for a burst): at least the
+    # requests it serves at once, and times the API processes within the server's max_connections.
+    database_pool_size: int = Field(default=DEFAULT_POOL_SIZE, ge=1)
     # Quiet by default: a service that logs every request buries the one line that matters.
     log_level: LogLevel = "WARNING"
     # Uploaded model files, content-addressed: <data_dir>/models/<sha256>/<file>.

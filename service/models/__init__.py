@@ -5,6 +5,7 @@ from service.models.alert import Alert
 from service.models.alert_delivery import AlertDelivery
 from service.models.api_token import ApiToken
 from service.models.base import Base
+from service.models.change_point_window import ChangePointWindow
 from service.models.commit import Commit
 from service.models.hook import Hook
 from service.models.job import Job
@@ -22,6 +23,7 @@ __all__ = [
     "AlertDelivery",
     "ApiToken",
     "Base",
+    "ChangePointWindow",
     "Commit",
     "Hook",
     "Job",

@@ -12,8 +12,8 @@ posting the 10th did.
 
 from __future__ import annotations
 
-from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy.orm import Session, load_only
 
 from service.models import Commit, Result
 
@@ -26,47 +26,100 @@ def find_baseline(session: Session, result: Result) -> Result | None:
     return nearest[0] if nearest else None
 
 
-def measured_ancestors(session: Session, result: Result, limit: int) -> list[Result]:
+def measured_ancestors(session: Session, result: Result, limit: int, timings_only: bool = False) -> list[Result]:
     """Up to `limit` results with this fingerprint on the commit's measured ancestors, nearest first (the
-    latest result per commit); when no ancestor is measured, on earlier commits of the branch."""
+    latest result per commit); when no ancestor is measured, on earlier commits of the branch.
+    `timings_only`: the ancestors' TIMING_COLUMNS are read, and any other column when first used."""
     commit = session.get(Commit, result.commit_id)
-    return _ancestry(session, result, commit, limit) or _earlier_on_branch(session, result, commit, limit)
+    return (_ancestry(session, result, commit, limit, timings_only)
+            or _earlier_on_branch(session, result, commit, limit, timings_only))
 
 
-def _measured(session: Session, result: Result, commit_ids: list[int]) -> dict[int, Result]:
+# The walk's statements, built once: POST /results walks 100 measured ancestors for its timing window
+# (service/alerts/timing_alerts.py), and building and compiling a statement per generation cost
+# more than the database's work.
+_COMMITS_NAMED = select(Commit.id, Commit.sha, Commit.parents).where(
+    Commit.project_id == bindparam("project_id"), Commit.sha.in_(bindparam("shas", expanding=True)))
+_EARLIER_ON_BRANCH = (
+    select(Commit.id, Commit.sha, Commit.parents)
+    .where(Commit.project_id == bindparam("project_id"), Commit.branch == bindparam("branch"),
+           Commit.seq < bindparam("seq"))
+    .order_by(Commit.seq.desc())
+    .limit(bindparam("count"))
+)
+_MEASURED = (
+    select(Result)
+    .where(Result.fingerprint == bindparam("fingerprint"), Result.commit_id.in_(bindparam("commit_ids", expanding=True)),
+           Result.id != bindparam("result_id"))
+    .order_by(Result.id)
+)
+# What the timing window uses of each of its 100 ancestors (service/alerts/timing_alerts.py): decoding
+# every result's JSON columns (near misses, rules, kernels, op counts) was a fifth of a POST /results.
+TIMING_COLUMNS = (Result.id, Result.commit_id, Result.fingerprint, Result.execute_ms, Result.canary_ms,
+                  Result.graph_hash, Result.engine_version, Result.kernel_libraries)
+_MEASURED_TIMINGS = _MEASURED.options(load_only(*TIMING_COLUMNS))
+
+
+def _measured(session: Session, result: Result, commit_ids: list[int], timings_only: bool = False) -> dict[int, Result]:
     """The latest result with this fingerprint at each of these commits."""
-    rows = session.scalars(
-        select(Result)
-        .where(Result.fingerprint == result.fingerprint, Result.commit_id.in_(commit_ids), Result.id != result.id)
-        .order_by(Result.id)
-    ).all()
+    rows = session.scalars(_MEASURED_TIMINGS if timings_only else _MEASURED,
+                           {"fingerprint": result.fingerprint, "commit_ids": commit_ids,
+                            "result_id": result.id or 0})  # 0: no row's id (a result not yet flushed)
     return {row.commit_id: row for row in rows}
 
 
-def _ancestry(session: Session, result: Result, commit: Commit, limit: int) -> list[Result]:
+class _Commits:
+    """(id, parents) of the project's commits by sha, for the walk: read ahead once, as the commits
+    that arrived on the branch just before the walk's start (on a branch's history, its nearest
+    ancestors), and the rest by sha a generation at a time, as the walk meets them."""
+
+    def __init__(self, session: Session, start: Commit, read_ahead: int) -> None:
+        self.session, self.project_id = session, start.project_id
+        rows = session.execute(_EARLIER_ON_BRANCH, {"project_id": start.project_id, "branch": start.branch,
+                                                    "seq": start.seq, "count": read_ahead})
+        self._known = {row.sha: (row.id, row.parents) for row in rows}
+
+    def generation(self, shas: list[str]) -> list[tuple[int, str, list[str]]]:
+        """(id, sha, parents) of those of `shas` that are the project's commits, in their order."""
+        missing = [sha for sha in shas if sha not in self._known]
+        if missing:
+            for row in self.session.execute(_COMMITS_NAMED, {"project_id": self.project_id, "shas": missing}):
+                self._known[row.sha] = (row.id, row.parents)
+        return [(self._known[sha][0], sha, self._known[sha][1] or []) for sha in shas if sha in self._known]
+
+
+def _ancestry(session: Session, result: Result, commit: Commit, limit: int, timings_only: bool) -> list[Result]:
+    """Breadth-first over parents, a generation at a time, each in its parents' order. The results
+    on the commits visited are asked for in batches (at least as many commits as results still
+    wanted): the order found, and so the nearest `limit`, is the walk's whatever the batches."""
+    commits = _Commits(session, commit, read_ahead=2 * limit)
     found: list[Result] = []
+    visited: list[int] = []  # commits whose results are not asked for yet
     seen = {commit.sha}
     frontier = [sha for sha in dict.fromkeys(commit.parents or []) if sha not in seen]
     for _ in range(MAX_GENERATIONS):
-        if not frontier or len(found) >= limit:
+        if not frontier:
             break
         seen.update(frontier)
-        rows = session.execute(
-            select(Commit.id, Commit.sha, Commit.parents).where(
-                Commit.project_id == commit.project_id, Commit.sha.in_(frontier)
-            )
-        ).all()
-        order = {sha: i for i, sha in enumerate(frontier)}
-        rows = sorted(rows, key=lambda row: order[row.sha])
-        measured = _measured(session, result, [row.id for row in rows]) if rows else {}
-        found += [measured[row.id] for row in rows if row.id in measured]  # nearest first, in the parents' order
-        frontier = list(dict.fromkeys(sha for row in rows for sha in (row.parents or []) if sha not in seen))
+        rows = commits.generation(frontier)
+        visited += [commit_id for commit_id, _, _ in rows]
+        frontier = list(dict.fromkeys(sha for _, _, parents in rows for sha in parents if sha not in seen))
+        if visited and (len(visited) >= limit - len(found) or not frontier):
+            measured = _measured(session, result, visited, timings_only)
+            found += [measured[commit_id] for commit_id in visited if commit_id in measured]
+            visited = []
+            if len(found) >= limit:
+                break
+    if visited:  # the walk's last generations, when it stopped at MAX_GENERATIONS
+        measured = _measured(session, result, visited, timings_only)
+        found += [measured[commit_id] for commit_id in visited if commit_id in measured]
     return found[:limit]
 
 
-def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: int) -> list[Result]:
+def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: int, timings_only: bool) -> list[Result]:
     """By timestamp where this commit has one (ties and untimed commits by arrival), else by arrival;
-    the latest result per commit."""
+    the latest result per commit. On PostgreSQL this is the usual way for results posted at once for
+    consecutive commits: a parent still being written by another request is not visible to the walk."""
     if commit.timestamp is None:
         earlier = Commit.seq < commit.seq
         order = (Commit.seq.desc(),)
@@ -76,7 +129,7 @@ def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: 
             and_(Commit.timestamp == commit.timestamp, Commit.seq < commit.seq),
         )
         order = (Commit.timestamp.desc(), Commit.seq.desc())
-    rows = session.scalars(
+    query = (
         select(Result)
         .join(Commit, Commit.id == Result.commit_id)
         .where(
@@ -88,9 +141,18 @@ def _earlier_on_branch(session: Session, result: Result, commit: Commit, limit: 
             earlier,
         )
         .order_by(*order, Result.id.desc())
-        .limit(limit * 4)  # re-measured commits hold several results; one per commit is kept
-    ).all()
-    latest: dict[int, Result] = {}
-    for row in rows:
-        latest.setdefault(row.commit_id, row)
-    return list(latest.values())[:limit]
+        .options(*([load_only(*TIMING_COLUMNS)] if timings_only else []))
+    )
+    # Re-measured commits hold several results, of which one per commit is kept: up to 4 per commit
+    # are read, but a few more rows than commits wanted usually do (a timing window's 100 results
+    # were 400 rows when re-measurements are rare), so the read grows only while it falls short.
+    # The order is total, so a shorter read is the longer one's start and gives the same answer.
+    count, most = limit + (limit + 3) // 4, limit * 4
+    while True:
+        rows = session.scalars(query.limit(count)).all()
+        latest: dict[int, Result] = {}
+        for row in rows:
+            latest.setdefault(row.commit_id, row)
+        if len(latest) >= limit or len(rows) < count or count >= most:
+            return list(latest.values())[:limit]
+        count = min(most, count * 2)

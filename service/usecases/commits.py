@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import Insert, bindparam, func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.db import adopt_inserted
@@ -16,16 +17,25 @@ MAX_SHA_CHARS = 64
 
 # A webhook's commit is on the hot path, where building statements and an ORM flush cost more than
 # the writes: statements built once, and one Core INSERT ... RETURNING that numbers the arrival itself
-# (service/db.py: adopt_inserted).
+# (service/db.py: adopt_inserted). The INSERT comes first and steps aside for a commit already there
+# (ON CONFLICT DO NOTHING on the (project, sha) key), so a new commit, the usual case, costs one
+# statement, not a look-up and then the write; a commit seen before is read after the INSERT found it.
 _COMMIT_BY_SHA = select(Commit).where(Commit.project_id == bindparam("project_id"), Commit.sha == bindparam("sha"))
 _COMMIT_COLUMNS = ("project_id", "sha", "branch", "parents", "message", "author", "timestamp", "created_at")
 _NEXT_SEQ = select(func.coalesce(func.max(Commit.seq), 0) + 1).where(Commit.project_id == bindparam("project_id"))
-_INSERT_COMMIT = (
-    insert(Commit.__table__)
-    .values({name: bindparam(name, type_=Commit.__table__.c[name].type) for name in _COMMIT_COLUMNS}
-            | {"seq": _NEXT_SEQ.scalar_subquery()})
-    .returning(Commit.__table__.c.id, Commit.__table__.c.seq)
-)
+
+
+def _insert_commit(dialect_insert) -> Insert:
+    return (
+        dialect_insert(Commit.__table__)
+        .values({name: bindparam(name, type_=Commit.__table__.c[name].type) for name in _COMMIT_COLUMNS}
+                | {"seq": _NEXT_SEQ.scalar_subquery()})
+        .on_conflict_do_nothing(index_elements=["project_id", "sha"])
+        .returning(Commit.__table__.c.id, Commit.__table__.c.seq)
+    )
+
+
+_INSERT_NEW_COMMIT = {"postgresql": _insert_commit(postgresql.insert), "sqlite": _insert_commit(sqlite.insert)}
 
 
 def record_commit(
@@ -48,17 +58,18 @@ def record_commit(
         raise Invalid("a commit has at most 16 parents, each a sha of at most 64 characters")
     if timestamp is not None and timestamp.tzinfo is None:
         raise Invalid("commit timestamp must carry a time zone (e.g. 2026-11-24T10:00:00Z)")
-    commit = session.scalar(_COMMIT_BY_SHA, {"project_id": project.id, "sha": sha})
-    if commit is not None:
-        commit.parents = commit.parents or parents
-        commit.message = commit.message or message[:10_000]
-        commit.author = commit.author or author[:255]
-        commit.timestamp = commit.timestamp or timestamp
-        return commit
     row = {"project_id": project.id, "sha": sha, "branch": (branch or "main")[:255], "parents": parents,
            "message": message[:10_000], "author": author[:255], "timestamp": timestamp, "created_at": utc_now()}
-    inserted = session.connection().execute(_INSERT_COMMIT, row).one()
-    return adopt_inserted(session, Commit(id=inserted.id, seq=inserted.seq, **row))
+    connection = session.connection()
+    inserted = connection.execute(_INSERT_NEW_COMMIT[connection.dialect.name], row).one_or_none()
+    if inserted is not None:
+        return adopt_inserted(session, Commit(id=inserted.id, seq=inserted.seq, **row))
+    commit = session.scalar(_COMMIT_BY_SHA, {"project_id": project.id, "sha": sha})
+    commit.parents = commit.parents or parents
+    commit.message = commit.message or message[:10_000]
+    commit.author = commit.author or author[:255]
+    commit.timestamp = commit.timestamp or timestamp
+    return commit
 
 
 def get_commit(session: Session, project: Project, sha: str) -> Commit:

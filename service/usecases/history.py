@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session
 
 from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
+from service.usecases.change_point_windows import SeriesWindows
 from service.usecases.commits import get_commit
-from service.usecases.history_points import SeriesPoints, series_points
+from service.usecases.history_points import SeriesPoints, series_points, series_windows
 
 
 def history(
@@ -21,28 +22,37 @@ def history(
     engine: str | None = None,
     level: str | None = None,
     limit: int = 1000,
+    computed: list[SeriesWindows] | None = None,
 ) -> list[dict[str, Any]]:
     """One series per (model, engine, level, machine class), points in commit order (oldest first): the
     latest result at each of the series' last `limit` commits (a re-measurement replaces the earlier one).
 
     The points are read once and then kept up to date (usecases/history_points.py): a read again, or
     after a new result, costs two aggregates, the new rows and the change points' last windows. The
-    points returned are shared with other reads: render them, do not change them."""
+    points returned are shared with other reads: render them, do not change them.
+
+    Change-point windows computed on the way are added to `computed`, for the caller to store
+    (usecases/change_point_windows.py: store_computed) once the reply is out."""
     found = []
     for kept in series_points(session, project, model, engine, level, limit):
         model_name, engine_name, level_name, machine_class = kept.key
         entry = {"model": model_name, "engine": engine_name, "level": level_name, "machine_class": machine_class,
                  "points": kept.points}
-        _mark_change_points(session, project, entry, kept)
+        windows = _mark_change_points(session, project, entry, kept)
+        if computed is not None and windows.computed:
+            computed.append(windows)
         found.append(entry)
     return found
 
 
 AGREE_WITHIN = 2  # commits between a change point and an alert that still count as the same step
 
-def _mark_change_points(session: Session, project: Project, entry: dict[str, Any], series: SeriesPoints) -> None:
+def _mark_change_points(
+    session: Session, project: Project, entry: dict[str, Any], series: SeriesPoints
+) -> SeriesWindows:
     """The series' change points (E-divisive means over each commit's p10), each with the timing alert
-    raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs."""
+    raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs.
+    Returns the windows asked, with those computed."""
     points, timed, position = series.points, series.timed, series.positions
     model_id = session.scalar(select(Model.id).where(Model.project_id == project.id, Model.name == entry["model"]))
     alerts = session.execute(
@@ -54,7 +64,8 @@ def _mark_change_points(session: Session, project: Project, entry: dict[str, Any
     alerted = {position[sha]: alert for alert, sha in alerts if sha in position}
     entry["change_points"], entry["disagreements"] = [], []
     backed: set[int] = set()
-    for cp in series.change_points:
+    windows = series_windows(session, model_id, series.key)
+    for cp in series.change_points(windows):
         at = timed[cp.index]
         near = [i for i in alerted if abs(i - at) <= AGREE_WITHIN]
         alert = alerted[min(near, key=lambda i: abs(i - at))] if near else None
@@ -76,6 +87,7 @@ def _mark_change_points(session: Session, project: Project, entry: dict[str, Any
                 "commit": points[i]["commit"], "what": "timing alert without a change point",
                 "alert": {"id": alert.id, "state": alert.state},
             })
+    return windows
 
 
 def commit_diff(session: Session, project: Project, sha: str) -> dict[str, Any]:

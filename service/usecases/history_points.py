@@ -35,14 +35,23 @@ from sqlalchemy.orm import Session
 
 from service.alerts.change_points import ChangePoint, WindowResults, change_points
 from service.models import Commit, Model, Project, Result
+from service.usecases.change_point_windows import Series, SeriesWindows
 
 SeriesKey = tuple[str, str, str, str]  # model name, engine, level, machine class
 
 
-# Change points are computed per window of the series and each window's result kept
-# (service/alerts/change_points.py): points brought up to date with a new result recompute the last
-# window or two, not E-divisive's permutation tests over all 10,000 commits.
-_windows_seen = WindowResults()
+# Change points are computed per window of the series and each window's result kept, here and in
+# the database (service/alerts/change_points.py, usecases/change_point_windows.py): points brought up
+# to date with a new result recompute the last window or two, not E-divisive's permutation tests over
+# all 10,000 commits, and a restarted process reads the windows instead of computing them.
+windows_seen = WindowResults()
+
+
+def series_windows(session: Session, model_id: int, key: SeriesKey) -> SeriesWindows:
+    """What `SeriesPoints.change_points` asks for the series `key` (of model `model_id`) and tells
+    about the windows it computes (`store_computed` writes them)."""
+    _, engine, level, machine_class = key
+    return SeriesWindows(session, windows_seen, Series(model_id, engine, level, machine_class))
 
 
 class Points(list):
@@ -76,14 +85,17 @@ class SeriesPoints:
         """Each point's index, by its commit."""
         return {point["commit"]: i for i, point in enumerate(self.points)}
 
-    @cached_property
-    def change_points(self) -> list[ChangePoint]:
+    def change_points(self, windows: SeriesWindows) -> list[ChangePoint]:
         """E-divisive means over the timed points' p10 (indices into `timed`), windows placed on the
-        whole series."""
-        if len(self.timed) < 6:
-            return []
-        values = [self.points[i]["p10_ms"] for i in self.timed]
-        return change_points(values, first=self.total - len(self.points), results=_windows_seen)
+        whole series; worked out once, `windows` asked for each window's result the first time."""
+        found = self.__dict__.get("_change_points")
+        if found is None:
+            found = []
+            if len(self.timed) >= 6:
+                values = [self.points[i]["p10_ms"] for i in self.timed]
+                found = change_points(values, first=self.total - len(self.points), results=windows)
+            self.__dict__["_change_points"] = found  # frozen, as cached_property writes it
+        return found
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import bindparam, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from optimizer import LoadLimits, ModelLoadError, check_model_file
@@ -48,22 +49,33 @@ def ingest_upload(
         proto = _checked(model_name, named, limits)
         stored = store.put(model_name, named)
         opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-        stored_file = ModelFile(
-            sha256=stored.sha256,
-            filename=stored.filename,
-            size_bytes=max(stored.size_bytes, 1),
-            data_files=list(stored.data_files),
-            opset=opset,
-            nodes=len(proto.graph.node),
-        )
-        session.add(stored_file)
-        session.flush()
-    model = session.scalar(select(Model).where(Model.project_id == project.id, Model.name == series))
+        # Inserts that a concurrent upload of the same file or the same new model name can win (on
+        # PostgreSQL: a unique violation): the loser reads the winner's row and goes on in its
+        # transaction, instead of failing with a 500 (bench/load.py's uploads met it).
+        try:
+            with session.begin_nested():
+                stored_file = ModelFile(
+                    sha256=stored.sha256,
+                    filename=stored.filename,
+                    size_bytes=max(stored.size_bytes, 1),
+                    data_files=list(stored.data_files),
+                    opset=opset,
+                    nodes=len(proto.graph.node),
+                )
+                session.add(stored_file)
+        except IntegrityError:
+            stored_file = session.scalar(select(ModelFile).where(ModelFile.sha256 == sha256))
+            file_is_new = False
+    named_model = select(Model).where(Model.project_id == project.id, Model.name == series)
+    model = session.scalar(named_model)
     if model is None:
-        model = Model(project_id=project.id, name=series, latest_file_id=stored_file.id)
-        session.add(model)
-    else:
-        model.latest_file_id = stored_file.id
+        try:
+            with session.begin_nested():
+                model = Model(project_id=project.id, name=series, latest_file_id=stored_file.id)
+                session.add(model)
+        except IntegrityError:
+            model = session.scalar(named_model)
+    model.latest_file_id = stored_file.id
     session.flush()
     return Ingested(model, stored_file, file_is_new)
 

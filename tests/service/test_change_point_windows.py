@@ -4,10 +4,14 @@ reading the last N commits of a longer series finds the steps the whole series s
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
+from sqlalchemy import select
 
 from service.alerts import change_points as cp
 from service.alerts.change_points import WindowResults, change_points
+from service.models import ChangePointWindow
 
 
 class CountingResults(WindowResults):
@@ -68,29 +72,73 @@ def test_windows_cover_every_point_and_overlap_by_half():
         assert covered == set(range(n)), (first, n)
 
 
-def test_history_after_a_new_result_recomputes_the_last_windows(client, monkeypatch):
+def _post_result(client, values, i: int) -> None:
+    document = {"project": "engine", "commit": {"sha": f"c{i}", "parents": [f"c{i - 1}"] if i else []},
+                "results": [{"model": "bert.onnx", "engine": "fusionwatch", "engine_version": "1", "level": "all",
+                             "fusions": {}, "execute_ms": [float(values[i])] * 5}]}
+    client.post("/api/v1/results", json=document).raise_for_status()
+
+
+def _forgetful_history(monkeypatch, forget_points: bool = False) -> CountingResults:
+    """The history's window memory replaced by an empty one that counts computations; with
+    `forget_points`, the points it kept are forgotten too (as a restarted process has neither)."""
     from service.usecases import history_points
 
     results = CountingResults()
-    monkeypatch.setattr(history_points, "_windows_seen", results)
+    monkeypatch.setattr(history_points, "windows_seen", results)
+    if forget_points:
+        monkeypatch.setattr(history_points, "_kept", OrderedDict())
+    return results
+
+
+def _engine_series(client, values, count: int) -> None:
     client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    for i in range(count):
+        _post_result(client, values, i)
+
+
+def test_history_after_a_new_result_recomputes_the_last_windows(client, monkeypatch):
+    results = _forgetful_history(monkeypatch)
     values = _series(121, {60: 1.25})
-
-    def post(i: int) -> None:
-        document = {"project": "engine", "commit": {"sha": f"c{i}", "parents": [f"c{i - 1}"] if i else []},
-                    "results": [{"model": "bert.onnx", "engine": "fusionwatch", "engine_version": "1", "level": "all",
-                                 "fusions": {}, "execute_ms": [float(values[i])] * 5}]}
-        client.post("/api/v1/results", json=document).raise_for_status()
-
-    for i in range(120):
-        post(i)
+    _engine_series(client, values, 120)
     [series] = client.get("/api/v1/projects/engine/history").json()["series"]
     assert [p["commit"] for p in series["change_points"]] == ["c60"]
     first = results.computed
     assert first == len(cp._windows(0, 120, cp.WINDOW, 0))
-    post(120)
+    _post_result(client, values, 120)
     [series] = client.get("/api/v1/projects/engine/history?limit=120").json()["series"]
     assert [p["commit"] for p in series["change_points"]] == ["c60"]
     assert series["points"][0]["commit"] == "c1"
     # The last 120 of 121 commits: the window cut at the front and the one at the end are new.
     assert results.computed - first <= 3
+
+
+def _stored_positions(session) -> list[int]:
+    """The position of each stored window (a row each), in order."""
+    session.rollback()  # a fresh snapshot
+    return sorted(session.scalars(select(ChangePointWindow.position)))
+
+
+def test_a_process_that_forgot_its_windows_reads_them_from_the_database(client, session, monkeypatch):
+    results = _forgetful_history(monkeypatch)
+    values = _series(100, {45: 1.25})
+    _engine_series(client, values, 90)
+    [series] = client.get("/api/v1/projects/engine/history").json()["series"]
+    assert [p["commit"] for p in series["change_points"]] == ["c45"]
+    assert results.computed == 3  # windows at 0, 25 and 50 (the last one 40 commits long so far)
+    assert _stored_positions(session) == [0, 25, 50]
+
+    # A restart, as far as the history goes: no windows in memory, no points kept.
+    results = _forgetful_history(monkeypatch, forget_points=True)
+    [again] = client.get("/api/v1/projects/engine/history").json()["series"]
+    assert again["change_points"] == series["change_points"]
+    assert results.computed == 0
+    assert len(results) == 3  # read from the database, and kept in memory again
+
+    # The last window fills up a result at a time, each version stored; once it is complete, the
+    # versions it replaced are deleted.
+    for i in range(90, 100):
+        _post_result(client, values, i)
+        client.get("/api/v1/projects/engine/history").raise_for_status()
+    assert results.computed == 10
+    assert _stored_positions(session) == [0, 25, 50]

@@ -84,3 +84,26 @@ def test_malformed_pushes_are_4xx_naming_the_problem(client):
     body = _push("b" * 40, "0" * 40, ["b" * 40])
     reply = _deliver(client, body, "d5", None)
     assert reply.status_code == 422 and "no uploaded models" in reply.json()["detail"]
+
+
+def test_a_commit_ci_reported_first_keeps_its_place_and_gains_what_github_says(client, session):
+    client.post("/api/v1/projects", json={"name": "engine", "webhook_secret": SECRET}).raise_for_status()
+    model = hostile_models.many_nodes(3).SerializeToString()
+    client.post("/api/v1/projects/engine/models", files={"file": ("relu.onnx", model)}).raise_for_status()
+    for sha in ("d" * 40, "c" * 40):  # the commit, then another after it
+        body = json.dumps({"project": "engine", "sha": sha}).encode()
+        ci = client.post("/api/v1/webhooks/ci", content=body,
+                         headers={"X-Hub-Signature-256": _signed(body), "Content-Type": "application/json"})
+        assert ci.status_code == 202, ci.text
+    session.rollback()
+    first = session.scalar(select(Commit).where(Commit.sha == "d" * 40))
+    assert (first.message, first.author, first.parents) == ("", "", [])
+    seq = first.seq
+
+    body = _push("d" * 40, "e" * 40, [])
+    assert _deliver(client, body, "delivery-1", _signed(body)).status_code == 202
+    session.rollback()
+    again = session.scalar(select(Commit).where(Commit.sha == "d" * 40))
+    assert (again.id, again.seq) == (first.id, seq)  # the same row, its arrival order unchanged
+    assert (again.message, again.author, again.parents) == (f"change {'d' * 6}", "Ada", ["e" * 40])
+    assert session.scalar(select(func.count()).select_from(Commit)) == 2

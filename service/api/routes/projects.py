@@ -6,7 +6,7 @@ import hashlib
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, File, Form, Header, Query, Request, UploadFile
+from fastapi import APIRouter, BackgroundTasks, File, Form, Header, Query, Request, UploadFile
 from fastapi.responses import Response
 
 from service import queue
@@ -18,6 +18,7 @@ from service.models.vocabulary import ENGINES, LEVEL_NAMES
 from service.schemas.requests import HookCreate, ProjectCreate
 from service.usecases import history as history_usecase
 from service.usecases import projects
+from service.usecases.change_point_windows import SeriesWindows, store_computed
 from service.usecases.models import get_model, ingest_upload, project_models
 from service.usecases.submissions import CommitInfo, submit_commit
 
@@ -120,6 +121,8 @@ def read_models(session: SessionDep, project: str) -> dict[str, Any]:
 @router.get("/projects/{project}/history")
 def read_history(
     session: ReadSessionDep,
+    services: ServicesDep,
+    background: BackgroundTasks,
     project: str,
     if_none_match: Annotated[str, Header()] = "",
     model: str | None = None,
@@ -133,7 +136,11 @@ def read_history(
         raise Invalid(f"level must be one of {list(LEVEL_NAMES)}, got {level[:50]!r}")
     found = projects.get_project(session, project)
     series_model = get_model(session, found, model) if model else None
-    series = history_usecase.history(session, found, series_model, engine, level, limit)
+    computed: list[SeriesWindows] = []
+    series = history_usecase.history(session, found, series_model, engine, level, limit, computed)
+    # Change-point windows computed for this read are stored after the reply, in a writing transaction.
+    if computed:
+        background.add_task(store_computed, services.session_factory, computed)
     # A poller that sends back the ETag it got is told 304 when nothing changed, instead of 3 MB again.
     # The tag is the reply's hash with each series' points standing for themselves by theirs.
     etag = '"' + hashlib.sha1(orjson.dumps({"project": found.name, "series": [

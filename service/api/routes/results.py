@@ -16,7 +16,6 @@ from service.schemas.requests import ResultsDocument
 from service.usecases.alerts import alert_dict
 from service.usecases.commits import record_commit
 from service.usecases.models import get_model
-from service.usecases.projects import get_project
 from service.usecases.results import Measurement, get_or_create_machine, record_result
 from service.usecases.runs import record_only_run
 
@@ -29,7 +28,7 @@ def create_results(
     session: SessionDep, services: ServicesDep, document: ResultsDocument, background: BackgroundTasks
 ) -> dict[str, Any]:
     with session.begin():
-        project = get_project(session, document.project)
+        project = services.known_projects.get(session, document.project)
         may_write_to(request, project)
         c = document.commit
         commit = record_commit(session, project, c.sha, c.branch, c.parents, c.message, c.author, c.timestamp)

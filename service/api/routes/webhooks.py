@@ -28,7 +28,6 @@ from service.errors import Conflict, Invalid, Unauthorized
 from service.models import Job, Model, WebhookDelivery
 from service.schemas.requests import CiWebhook
 from service.usecases.commits import record_commit
-from service.usecases.projects import get_project
 from service.usecases.submissions import CommitInfo, submit_commit
 
 router = APIRouter(tags=["webhooks"])
@@ -65,7 +64,7 @@ async def receive_github(
         raise Invalid("no project: add ?project=NAME to the hook's URL, or send a payload with repository.name")
     try:
         with session.begin():
-            found = get_project(session, str(name))
+            found = services.known_projects.get(session, str(name))
             _authenticate_sender(request, found, body, x_hub_signature_256)
             if not x_github_delivery or len(x_github_delivery) > 100:
                 raise Invalid("X-GitHub-Delivery header is missing or longer than 100 characters")
@@ -201,14 +200,14 @@ async def receive_ci(
 
 def _check_ci_sender(services, project: str, sender) -> None:
     with services.read_session_factory() as session:
-        sender(get_project(session, project))
+        sender(services.known_projects.get(session, project))
 
 
 def _start_ci_run(session, services, body: CiWebhook, uploads, delivery: str, sender) -> dict[str, Any]:
     key = f"ci:{delivery}" if delivery else None
     try:
         with session.begin():
-            found = get_project(session, body.project)
+            found = services.known_projects.get(session, body.project)
             sender(found)
             if key is not None and (earlier := _earlier_delivery(session, found, key)) is not None:
                 return earlier
@@ -223,7 +222,7 @@ def _start_ci_run(session, services, body: CiWebhook, uploads, delivery: str, se
         if key is None:
             raise
         with session.begin():
-            earlier = _earlier_delivery(session, get_project(session, body.project), key)
+            earlier = _earlier_delivery(session, services.known_projects.get(session, body.project), key)
         if earlier is None:
             raise
         return earlier
