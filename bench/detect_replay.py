@@ -3,8 +3,8 @@
 The same random stream draws the same jobs (`bench.detect.Series`) in the same order, re-measurements
 included, and each result goes through `service.alerts.timing.decide`/`agree` and
 `timing_alerts.baseline_window`/`code_changed`; only the walk `timing_alerts.evaluate` makes over the
-database (confirm the alert at this commit or the previous one, else decide against the window) is
-repeated here on plain objects. While that walk is unchanged the replay prints `make bench-detect`'s
+database (confirm the alert at this commit or the previous one, unless that commit's re-measurement
+says it was a slow moment, else decide against the window) is repeated here on plain objects. While that walk is unchanged the replay prints `make bench-detect`'s
 numbers exactly (checked: seed 10 before and after the canary and noise changes, seed 11 after), so it is the
 way to iterate on the decision and to try other seeds; `make bench-detect` remains the measurement.
 Fusion alerts are not replayed (they are exact: 240 of 240 in every run).
@@ -65,7 +65,7 @@ class SeriesReplay:
         if not window:
             return None
         return timing.decide(timing_alerts.as_job(result), [timing_alerts.as_job(r) for r in window], self.threshold_pct,
-                             timing_alerts.code_changed(result, window[0]), self.policy,
+                             timing_alerts.code_changed(result, window, self.policy), self.policy,
                              [timing_alerts.as_job(r) for r in ancestry])
 
     def confirm(self, alert: Suspicion, result: Posted) -> bool:
@@ -74,11 +74,16 @@ class SeriesReplay:
         if not window:
             return False
         jobs, history = [timing_alerts.as_job(r) for r in window], [timing_alerts.as_job(r) for r in ancestry]
-        changed = timing_alerts.code_changed(alert.result, window[0])
+        changed = timing_alerts.code_changed(alert.result, window, self.policy)
         first = timing.decide(timing_alerts.as_job(alert.result), jobs, self.threshold_pct, changed, self.policy, history)
         second = timing.decide(timing_alerts.as_job(result), jobs, self.threshold_pct, changed, self.policy, history)
         if first is None or second is None or not timing.agree(first, second, self.policy):
             return False
+        remeasured = self.latest.get(alert.commit_id)
+        if result.commit_id != alert.commit_id and remeasured is not None and remeasured is not alert.result:
+            again = timing.decide(timing_alerts.as_job(remeasured), jobs, self.threshold_pct, changed, self.policy, history)
+            if again is not None and timing.slow_moment_before(again, second):
+                return False
         alert.confirmed_by = result.commit_id
         return True
 

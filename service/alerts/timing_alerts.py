@@ -52,12 +52,17 @@ def baseline_window(
     return window
 
 
-def code_changed(result: Result, baseline: Result) -> bool:
-    """False only when both the optimized graph's hash and the engine version are known and equal."""
-    return not (
+def code_changed(result: Result, window: list[Result], policy: timing.TimingPolicy = timing.DEFAULT_POLICY) -> bool:
+    """False only when the optimized graph's hash and the engine version are known and equal to those of
+    the window's nearest `policy.same_code_jobs` results. Not only the nearest one: when a step's own
+    commit changed the graph but its job happened to stay under the bar, the next commit has the same
+    graph as the step's and would otherwise face the doubled bar of "nothing changed", though its
+    window's level was measured on the old code."""
+    return not all(
         result.graph_hash is not None
         and result.graph_hash == baseline.graph_hash
         and result.engine_version == baseline.engine_version
+        for baseline in window[: policy.same_code_jobs]
     )
 
 
@@ -85,14 +90,15 @@ def evaluate(
             return []
         return _confirm_if_agrees(session, here, result, alerts, threshold_pct, policy)
     if ancestry and (pending := alerts.get(ancestry[0].commit_id)) is not None and pending.state == "suspected":
-        confirmed = _confirm_if_agrees(session, pending, result, alerts, threshold_pct, policy)
+        remeasured = ancestry[0] if ancestry[0].id != pending.result_id else None
+        confirmed = _confirm_if_agrees(session, pending, result, alerts, threshold_pct, policy, remeasured)
         if confirmed:
             return confirmed  # the next commit agrees: the same step, not a second one
     window = baseline_window(ancestry, alerts, policy.window)
     if not window:
         return []
     verdict = timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct,
-                            code_changed(result, window[0]), policy, [as_job(r) for r in ancestry])
+                            code_changed(result, window, policy), policy, [as_job(r) for r in ancestry])
     if verdict is None or not verdict.regressed:
         return []
     baseline_commit = session.get(Commit, window[0].commit_id)
@@ -122,19 +128,26 @@ def _confirm_if_agrees(
     alerts: dict[int, Alert],
     threshold_pct: float,
     policy: timing.TimingPolicy,
+    remeasured: Result | None = None,
 ) -> list[Alert]:
     """Confirm `alert` when `result` crosses the bar against the window the alert was raised on, by about
-    the same amount (`timing.agree`)."""
+    the same amount (`timing.agree`), unless `remeasured` (the alerted commit's re-measurement, when
+    `result` is the next commit's) says the alerted job was a slow moment before a step at `result`'s
+    commit (`timing.slow_moment_before`)."""
     alerted = session.get(Result, alert.result_id)
     ancestry = measured_ancestry(session, alerted, policy)
     window = baseline_window(ancestry, alerts, policy.window)
     if not window:
         return []
-    jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window[0]), [as_job(r) for r in ancestry]
+    jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window, policy), [as_job(r) for r in ancestry]
     first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy, history)
     verdict = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
     if first is None or verdict is None or not timing.agree(first, verdict, policy):
         return []
+    if remeasured is not None:
+        again = timing.decide(as_job(remeasured), jobs, threshold_pct, changed, policy, history)
+        if again is not None and timing.slow_moment_before(again, verdict):
+            return []
     commit = session.get(Commit, result.commit_id)
     what = "a re-measurement" if result.commit_id == alert.commit_id else f"the next commit {commit.sha[:12]}"
     alert.state, alert.confirmed_result_id, alert.confirmed_at = "confirmed", result.id, utc_now()
