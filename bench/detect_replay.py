@@ -4,7 +4,8 @@ The same random stream draws the same jobs (`bench.detect.Series`) in the same o
 included, and each result goes through `service.alerts.timing.decide`/`agree` and
 `timing_alerts.baseline_window`/`code_changed`; only the walk `timing_alerts.evaluate` makes over the
 database (confirm the alert at this commit or the previous one, unless that commit's re-measurement
-says it was a slow moment, else decide against the window) is repeated here on plain objects. While that walk is unchanged the replay prints `make bench-detect`'s
+says it was a slow moment, moving the confirmation one commit earlier when the step began there; else
+decide against the window) is repeated here on plain objects. While that walk is unchanged the replay prints `make bench-detect`'s
 numbers exactly (checked: seed 10 before and after the canary and noise changes, seed 11 after), so it is the
 way to iterate on the decision and to try other seeds; `make bench-detect` remains the measurement.
 Fusion alerts are not replayed (they are exact: 240 of 240 in every run).
@@ -84,8 +85,27 @@ class SeriesReplay:
             again = timing.decide(timing_alerts.as_job(remeasured), jobs, self.threshold_pct, changed, self.policy, history)
             if again is not None and timing.slow_moment_before(again, second):
                 return False
-        alert.confirmed_by = result.commit_id
+        earlier = self._step_began_before(ancestry, second)
+        (earlier or alert).confirmed_by = result.commit_id
         return True
+
+    def _step_began_before(self, ancestry: list[Posted], verdict: timing.TimingVerdict) -> Suspicion | None:
+        """timing_alerts._step_began_before: the previous commit's suspicion, when its re-measurement sat
+        nearer the confirmed level than the old one."""
+        if not ancestry:
+            return None
+        previous = ancestry[0]
+        earlier = self.alerts.get(previous.commit_id)
+        if earlier is None or earlier.confirmed_by is not None or earlier.result is previous:
+            return None
+        earlier_ancestry = self.ancestry(earlier.commit_id)
+        window = timing_alerts.baseline_window(earlier_ancestry, self.alerts, self.policy.window)
+        if not window:
+            return None
+        again = timing.decide(timing_alerts.as_job(previous), [timing_alerts.as_job(r) for r in window], self.threshold_pct,
+                              timing_alerts.code_changed(previous, window, self.policy), self.policy,
+                              [timing_alerts.as_job(r) for r in earlier_ancestry])
+        return earlier if again is not None and timing.at_the_new_level(again, verdict) else None
 
     def post(self, result: Posted) -> bool:
         """Record and evaluate `result` as timing_alerts.evaluate does; True when it raised a suspicion."""

@@ -179,7 +179,12 @@ def slow_moment_before(again: TimingVerdict, later: TimingVerdict) -> bool:
     the next commit's, which raises its own alert instead of confirming this one (confirming it was one
     false alarm and, for the step, an alert at the wrong commit). A step whose re-measurement came out
     under the bar but past half the step is still confirmed at its own commit."""
-    return not again.regressed and again.change_pct < later.change_pct / 2
+    return not again.regressed and not at_the_new_level(again, later)
+
+
+def at_the_new_level(again: TimingVerdict, later: TimingVerdict) -> bool:
+    """Does a re-measurement sit nearer the level `later` confirmed than the window's?"""
+    return again.change_pct >= later.change_pct / 2
 
 
 def _fast_part(samples: np.ndarray, percent: float) -> np.ndarray:

@@ -251,6 +251,22 @@ def test_a_slow_job_just_before_a_step_is_not_confirmed_by_it(client, history):
     assert states == {"c10": "suspected", "c11": "confirmed"}
 
 
+def test_a_step_raised_one_commit_late_is_confirmed_at_the_commit_it_began(client, history):
+    """The step's first job (+22%) disagrees in size with its re-measurement and the next commit's (+30%),
+    so the next commit raises its own alert; once that is confirmed, the re-measurement at the step's
+    commit, already at the new level, moves the confirmation back to where the step began."""
+    [step] = _post(client, "c10", ["c9"], 1.22, 0)["alerts"]
+    assert _post(client, "c10", ["c9"], 1.30, 1)["alerts"] == []  # crossed, but too far from +22% to agree
+    [late] = _post(client, "c11", ["c10"], 1.30, 2)["alerts"]
+    assert late["commit"] == "c11" and late["state"] == "suspected"
+    [confirmed] = _post(client, "c11", ["c10"], 1.30, 3)["alerts"]
+    assert (confirmed["id"], confirmed["commit"], confirmed["state"]) == (step["id"], "c10", "confirmed")
+    assert "the step began here" in confirmed["message"]
+    states = {a["commit"]: a["state"] for a in _timing_alerts(client)}
+    assert states == {"c10": "confirmed", "c11": "suspected"}
+    assert [b["alert"]["id"] for b in history.bodies] == [step["id"]]  # only the step's own alert is delivered
+
+
 def test_a_step_whose_re_measurement_came_out_low_is_still_confirmed_at_its_commit(client):
     client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 15}}).raise_for_status()
     for i in range(10):
