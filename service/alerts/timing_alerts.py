@@ -160,7 +160,8 @@ def _confirm_if_agrees(
     note = f". Confirmed by {what}: {verdict.change_pct:+.1f}% against the same window"
     earlier = _step_began_before(session, alert, ancestry, alerts, verdict, threshold_pct, policy)
     if earlier is not None:  # raised one commit late: the step began at the previous commit
-        alert.message += f"{note}, but the step began at the previous commit, whose alert was confirmed instead"
+        alert.message += (f". {what[0].upper()}{what[1:]} agreed ({verdict.change_pct:+.1f}%), but the step began at "
+                          "the previous commit, whose alert was confirmed instead")
         note = (f". Confirmed by {what} ({commit.sha[:12]}: {verdict.change_pct:+.1f}% against the window); the step "
                 f"began here, this commit's re-measurement already being nearer the new level than the old")
         alert = earlier

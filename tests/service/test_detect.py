@@ -262,8 +262,9 @@ def test_a_step_raised_one_commit_late_is_confirmed_at_the_commit_it_began(clien
     [confirmed] = _post(client, "c11", ["c10"], 1.30, 3)["alerts"]
     assert (confirmed["id"], confirmed["commit"], confirmed["state"]) == (step["id"], "c10", "confirmed")
     assert "the step began here" in confirmed["message"]
-    states = {a["commit"]: a["state"] for a in _timing_alerts(client)}
-    assert states == {"c10": "confirmed", "c11": "suspected"}
+    by_commit = {a["commit"]: a for a in _timing_alerts(client)}
+    assert {c: a["state"] for c, a in by_commit.items()} == {"c10": "confirmed", "c11": "suspected"}
+    assert "the step began at the previous commit" in by_commit["c11"]["message"]
     assert [b["alert"]["id"] for b in history.bodies] == [step["id"]]  # only the step's own alert is delivered
 
 
