@@ -154,7 +154,8 @@ def decide(
     same = "graph and engine unchanged, so the bar is higher; " if not code_changed else ""
     why = (
         f"fastest run {level:.3f} → {after:.3f} ms ({change:+.1f}%) against {len(window)} measured ancestor(s); "
-        f"{same}needs ≥ {bar:.1f}% (threshold {threshold_pct:g}%, series noise {noise:.1f}%) "
+        f"{same}needs ≥ {bar:.1f}% (threshold {threshold_pct:g}%, series noise {noise:.1f}%"
+        f"{f', slow tail {tail:.1f}%' if tail else ''}) "
         f"and rank-test p < {policy.alpha:g} (p = {p_value:.2g}){discounted}"
     )
     return TimingVerdict(regressed, level, after, change, p_value, bar, noise, discount, code_changed, why)

@@ -65,6 +65,7 @@ def test_a_heavy_tailed_series_bars_its_slow_tail_and_a_10pct_step_still_crosses
     now = timing.decide(job(1.07), history[:20], threshold_pct=5, history=history)
     # The slow jobs sit ~6% above their neighbours, 7.5% of the jobs: the 95th percentile is that excess.
     assert not now.regressed and now.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.tail_k * 5.85, abs=0.2)
+    assert "slow tail 5.9%" in now.why
     assert timing.decide(job(1.10), history[:20], threshold_pct=5, history=history).regressed
     # Too short a history to see a tail in: the spread alone sets the bar, as before.
     short = history[: timing.DEFAULT_POLICY.min_tail_jobs - 1]
