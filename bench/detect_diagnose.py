@@ -50,7 +50,7 @@ def diagnose(session, truth: dict, report: dict, misses: list[tuple[str, str]]) 
               f"{t['step_at']}, pre-step window {len(window)} jobs")
         for c in range(t["step_at"] - 1, t["step_at"] + SHOWN_AFTER + 1):
             for i, r in enumerate(by_commit.get(c, [])):
-                v = timing.decide(timing_alerts.as_job(r), jobs, threshold, timing_alerts.code_changed(r, window[0]),
+                v = timing.decide(timing_alerts.as_job(r), jobs, threshold, timing_alerts.code_changed(r, window),
                                   history=[timing_alerts.as_job(x) for x in ancestry[: timing.DEFAULT_POLICY.window * 5]])
                 alert = alerts.get(r.commit_id) if i == 0 else None
                 kept = ""

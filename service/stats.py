@@ -76,3 +76,16 @@ def successive_spread(values: list[float] | np.ndarray) -> float:
     if len(values) < 2:
         return 0.0
     return float(1.4826 * np.median(np.abs(np.diff(values))) / math.sqrt(2))
+
+
+def excess_over_neighbours(values: list[float] | np.ndarray, neighbours: int = 5) -> np.ndarray:
+    """Each value's excess over the median of itself and its `neighbours` on either side, as a fraction of
+    that median. A level shift moves only the few medians that straddle it, so a sequence's own tail
+    survives a step in it; at the ends the sequence is mirrored to fill the neighbourhood."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) == 0:
+        return values
+    reach = min(neighbours, len(values) - 1)
+    padded = np.pad(values, reach, mode="reflect") if reach else values
+    local = np.median(np.lib.stride_tricks.sliding_window_view(padded, 2 * reach + 1), axis=1)
+    return values / local - 1

@@ -7,6 +7,13 @@ while a real step is, one measurement later. The window is the last K measured a
 result's fingerprint (nearest first, as `baselines.find_baseline` walks them), without commits whose
 timing alert is still only suspected (likely slow moments) and ending at the latest confirmed one
 (the series' level changed there, so older jobs would measure the old level).
+
+The alerted commit's re-measurement decides which commit a step belongs to, because unlike the
+alerted job it was not picked for crossing the bar: when it came back at the old level, the next
+commit's agreeing job is a step of its own right after a slow moment, and raises its own alert
+(`timing.slow_moment_before`); when it already sat at the new level and the step was nonetheless
+raised again at the next commit (the first job disagreed in size with the rest), the confirmation
+goes back to the commit where the step began (`_step_began_before`).
 """
 
 from __future__ import annotations
@@ -52,12 +59,17 @@ def baseline_window(
     return window
 
 
-def code_changed(result: Result, baseline: Result) -> bool:
-    """False only when both the optimized graph's hash and the engine version are known and equal."""
-    return not (
+def code_changed(result: Result, window: list[Result], policy: timing.TimingPolicy = timing.DEFAULT_POLICY) -> bool:
+    """False only when the optimized graph's hash and the engine version are known and equal to those of
+    the window's nearest `policy.same_code_jobs` results. Not only the nearest one: when a step's own
+    commit changed the graph but its job happened to stay under the bar, the next commit has the same
+    graph as the step's and would otherwise face the doubled bar of "nothing changed", though its
+    window's level was measured on the old code."""
+    return not all(
         result.graph_hash is not None
         and result.graph_hash == baseline.graph_hash
         and result.engine_version == baseline.engine_version
+        for baseline in window[: policy.same_code_jobs]
     )
 
 
@@ -103,14 +115,15 @@ def evaluate(
             return []
         return _confirm_if_agrees(session, here, result, alerts, threshold_pct, policy)
     if ancestry and (pending := alerts.get(ancestry[0].commit_id)) is not None and pending.state == "suspected":
-        confirmed = _confirm_if_agrees(session, pending, result, alerts, threshold_pct, policy)
+        remeasured = ancestry[0] if ancestry[0].id != pending.result_id else None
+        confirmed = _confirm_if_agrees(session, pending, result, alerts, threshold_pct, policy, remeasured)
         if confirmed:
             return confirmed  # the next commit agrees: the same step, not a second one
     window = baseline_window(ancestry, alerts, policy.window)
     if not window:
         return []
     verdict = timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct,
-                            code_changed(result, window[0]), policy, [as_job(r) for r in ancestry])
+                            code_changed(result, window, policy), policy, [as_job(r) for r in ancestry])
     if verdict is None or not verdict.regressed:
         return []
     baseline_commit = session.get(Commit, window[0].commit_id)
@@ -140,21 +153,64 @@ def _confirm_if_agrees(
     alerts: dict[int, Alert],
     threshold_pct: float,
     policy: timing.TimingPolicy,
+    remeasured: Result | None = None,
 ) -> list[Alert]:
     """Confirm `alert` when `result` crosses the bar against the window the alert was raised on, by about
-    the same amount (`timing.agree`)."""
+    the same amount (`timing.agree`), unless `remeasured` (the alerted commit's re-measurement, when
+    `result` is the next commit's) says the alerted job was a slow moment before a step at `result`'s
+    commit (`timing.slow_moment_before`)."""
     alerted = session.get(Result, alert.result_id)
     ancestry = measured_ancestry(session, alerted, policy)
     window = baseline_window(ancestry, alerts, policy.window)
     if not window:
         return []
-    jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window[0]), [as_job(r) for r in ancestry]
+    jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window, policy), [as_job(r) for r in ancestry]
     first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy, history)
     verdict = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
     if first is None or verdict is None or not timing.agree(first, verdict, policy):
         return []
+    if remeasured is not None:
+        again = timing.decide(as_job(remeasured), jobs, threshold_pct, changed, policy, history)
+        if again is not None and timing.slow_moment_before(again, verdict):
+            return []
     commit = session.get(Commit, result.commit_id)
     what = "a re-measurement" if result.commit_id == alert.commit_id else f"the next commit {commit.sha[:12]}"
+    note = f". Confirmed by {what}: {verdict.change_pct:+.1f}% against the same window"
+    earlier = _step_began_before(session, alert, ancestry, alerts, verdict, threshold_pct, policy)
+    if earlier is not None:  # raised one commit late: the step began at the previous commit
+        alert.message += (f". {what[0].upper()}{what[1:]} agreed ({verdict.change_pct:+.1f}%), but the step began at "
+                          "the previous commit, whose alert was confirmed instead")
+        note = (f". Confirmed by {what} ({commit.sha[:12]}: {verdict.change_pct:+.1f}% against the window); the step "
+                f"began here, this commit's re-measurement already being nearer the new level than the old")
+        alert = earlier
     alert.state, alert.confirmed_result_id, alert.confirmed_at = "confirmed", result.id, utc_now()
-    alert.message += f". Confirmed by {what}: {verdict.change_pct:+.1f}% against the same window"
+    alert.message += note
     return [alert]
+
+
+def _step_began_before(
+    session: Session,
+    alert: Alert,
+    ancestry: list[Result],
+    alerts: dict[int, Alert],
+    verdict: timing.TimingVerdict,
+    threshold_pct: float,
+    policy: timing.TimingPolicy,
+) -> Alert | None:
+    """The still-suspected alert at the commit before `alert`'s when the step `verdict` confirms began
+    there: that commit's first job crossed the bar but disagreed in size with the next ones, so `alert`
+    was raised one commit late. Its re-measurement tells a step from a slow moment just before the step
+    (`timing.slow_moment_before`): it must sit nearer the new level than the old one."""
+    if not ancestry:
+        return None
+    previous = ancestry[0]  # the latest result at the commit before: its re-measurement, if it had one
+    earlier = alerts.get(previous.commit_id)
+    if earlier is None or earlier.state != "suspected" or earlier.result_id == previous.id:
+        return None
+    earlier_ancestry = measured_ancestry(session, session.get(Result, earlier.result_id), policy)
+    window = baseline_window(earlier_ancestry, alerts, policy.window)
+    if not window:
+        return None
+    again = timing.decide(as_job(previous), [as_job(r) for r in window], threshold_pct,
+                          code_changed(previous, window, policy), policy, [as_job(r) for r in earlier_ancestry])
+    return earlier if again is not None and timing.at_the_new_level(again, verdict) else None
