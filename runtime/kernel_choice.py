@@ -43,7 +43,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import threading
 import time
 import warnings
@@ -65,7 +64,7 @@ MIN_MEASURED_GEMM_FLOPS = 50e6
 # BERT-base at sequence 128: the QKV projection, the attention output, the MLP's two products.
 REFERENCE_GEMM_SHAPES = [(128, 768, 2304, 1), (128, 768, 768, 1), (128, 768, 3072, 1), (128, 3072, 768, 1)]
 MAX_SHAPES = 4  # the largest shapes by their share of a run's FLOPs; enough to rank libraries
-ROUNDS = 8  # timed calls per candidate and shape; the median counts
+ROUNDS = 8  # timed calls per candidate and shape; their lower quartile counts
 _SETTLE_S = 0.15  # before each candidate's block: the last library's workers go back to sleep (OpenBLAS's spin ~0.1 s)
 _OPENMP_SETTLE_S = 0.01  # after an OpenMP library's block: its workers spin 1 ms at most
 _HOPELESS = 2.0  # after two rounds, an entrant this many times slower than the fastest stops
@@ -95,7 +94,8 @@ _HANDICAP = {"numpy": 1.1}
 _HANDICAP_NOTE = "10% (its workers spin between products)"
 # What a race times, per family; part of the cache key, so that a cached result measured another
 # way is measured again.
-_TIMED = {"gemm": "product, then a one-thread pass over its output", "conv": "every distinct convolution, weighted by its count"}
+_TIMED = {"gemm": "product, then a one-thread pass over its output; lower quartile",
+          "conv": "every distinct convolution, weighted by its count; lower quartile"}
 _cache_lock = threading.Lock()
 _SEEN: dict[tuple[str, str], dict] = {}  # this process's reads and measurements, by (cache file, key)
 
@@ -466,7 +466,7 @@ def _shape_key(shape) -> tuple:
 
 def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str, float]:
     """ms a run of `shapes` (each weighted by its count) takes on each candidate: per shape, the
-    median of `rounds` (ROUNDS) timed calls.
+    lower quartile of `rounds` (ROUNDS) timed calls.
 
     One candidate at a time, as a session runs one: timed in turn, call by call, each library's
     idle thread pool took cores from the next (oneDNN's products for a BERT-base layer measured
@@ -479,11 +479,19 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
     one-thread pass after it, so a library whose workers sleep between calls pays for waking
     them as a session would.
 
-    The median, not the best time: a session pays for the typical call. On the loaded 2-core
-    Xeon, OpenBLAS's best products matched MKL's (BERT-base's fastest nodes summed to 139 ms
-    against 142) while its model runs took 956 ms at the median against MKL's 292: its threads
-    wait for each other by spinning, which on a machine with more runnable threads than cores
-    now and then stalls a product for a whole time slice. A best-of race chose it half the time.
+    The lower quartile, neither the best time nor the median. Not the best: a session pays for the
+    typical call. On the loaded 2-core Xeon, OpenBLAS's best products matched MKL's (BERT-base's
+    fastest nodes summed to 139 ms against 142) while its model runs took 956 ms at the median
+    against MKL's 292: its threads wait for each other by spinning, which on a machine with more
+    runnable threads than cores now and then stalls a product for a whole time slice. A best-of
+    race chose it half the time. Not the median: on the quiet Zen 5 VM a round's GPT-2 products
+    took either about 50 ms or about 88 ms, for every entrant alike (the host now and then runs
+    our second virtual CPU less: the same two-mode pattern shows in whole-model runs), in spells
+    of a few rounds; with half the rounds slow the median fell on one side of the gap for one
+    entrant and on the other side for the next, and two `make bench` races of GPT-2 an hour apart
+    chose "onednn/sleep" by 33% and "onednn/spin" by 39%, where whole runs of that model are 10%
+    faster spinning (`python -m bench.fixed_library`). An entrant must now be slow in three
+    rounds of four to lose on it.
 
     An entrant more than `_HOPELESS` times slower than the fastest after two rounds (one in each
     order) runs no more rounds: no handicap or later round would make it win, and on a loaded
@@ -497,7 +505,7 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
     weights = [shape[-1] for shape in shapes]
 
     def total_ms(c: str) -> float:
-        return round(1e3 * sum(statistics.median(t) * w for t, w in zip(samples[c], weights, strict=True)), 4)
+        return round(1e3 * sum(_lower_quartile(t) * w for t, w in zip(samples[c], weights, strict=True)), 4)
 
     rounds = rounds or ROUNDS
     running = list(candidates)
@@ -514,6 +522,10 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
         # the model then ran 1.4x slower on it than on oneDNN.
         _timed_rounds(close, calls, samples, rounds, previous)
     return {c: total_ms(c) for c in candidates}
+
+
+def _lower_quartile(times: list[float]) -> float:
+    return float(np.percentile(times, 25))
 
 
 def _timed_rounds(entrants, calls, samples, count: int, previous: str | None, first: bool = False) -> str | None:
