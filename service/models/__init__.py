@@ -9,6 +9,7 @@ from service.models.change_point_window import ChangePointWindow
 from service.models.commit import Commit
 from service.models.hook import Hook
 from service.models.job import Job
+from service.models.kept_history import KeptHistory
 from service.models.machine import Machine
 from service.models.model import Model
 from service.models.model_file import ModelFile
@@ -27,6 +28,7 @@ __all__ = [
     "Commit",
     "Hook",
     "Job",
+    "KeptHistory",
     "Machine",
     "Model",
     "ModelFile",

@@ -12,7 +12,7 @@ from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.change_point_windows import SeriesWindows
 from service.usecases.commits import get_commit
-from service.usecases.history_points import SeriesPoints, series_points, series_windows
+from service.usecases.history_points import SeriesPoints, StoredRead, series_points, series_windows
 
 
 def history(
@@ -23,6 +23,7 @@ def history(
     level: str | None = None,
     limit: int = 1000,
     computed: list[SeriesWindows] | None = None,
+    to_store: list[StoredRead] | None = None,
 ) -> list[dict[str, Any]]:
     """One series per (model, engine, level, machine class), points in commit order (oldest first): the
     latest result at each of the series' last `limit` commits (a re-measurement replaces the earlier one).
@@ -32,9 +33,10 @@ def history(
     points returned are shared with other reads: render them, do not change them.
 
     Change-point windows computed on the way are added to `computed`, for the caller to store
-    (usecases/change_point_windows.py: store_computed) once the reply is out."""
+    (usecases/change_point_windows.py: store_computed) once the reply is out, and points read whole to
+    `to_store`, for kept_history (usecases/history_points.py: store_reads)."""
     found = []
-    for kept in series_points(session, project, model, engine, level, limit):
+    for kept in series_points(session, project, model, engine, level, limit, to_store):
         model_name, engine_name, level_name, machine_class = kept.key
         entry = {"model": model_name, "engine": engine_name, "level": level_name, "machine_class": machine_class,
                  "points": kept.points}

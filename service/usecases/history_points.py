@@ -31,10 +31,10 @@ from typing import Any
 
 import orjson
 from sqlalchemy import Text, case, cast, func, select, true
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from service.alerts.change_points import ChangePoint, WindowResults, change_points
-from service.models import Commit, Model, Project, Result
+from service.models import Commit, KeptHistory, Model, Project, Result
 from service.usecases.change_point_windows import Series, SeriesWindows
 
 SeriesKey = tuple[str, str, str, str]  # model name, engine, level, machine class
@@ -112,9 +112,14 @@ _kept_lock = threading.Lock()
 
 
 def series_points(
-    session: Session, project: Project, model: Model | None, engine: str | None, level: str | None, limit: int
+    session: Session, project: Project, model: Model | None, engine: str | None, level: str | None, limit: int,
+    to_store: list[StoredRead] | None = None,
 ) -> list[SeriesPoints]:
-    """Each series' points, ordered by their oldest point (as one query over everything orders them)."""
+    """Each series' points, ordered by their oldest point (as one query over everything orders them).
+
+    Points this process has not kept are looked for in the kept_history table before everything is
+    read again; points read whole are added to `to_store`, for the caller to write (`store_reads`)
+    once its reply is out."""
     filters = [Result.project_id == project.id]
     if model is not None:
         filters.append(Result.model_id == model.id)
@@ -125,6 +130,9 @@ def series_points(
     key = (str(session.get_bind().url), project.id, model.id if model else None, engine, level, limit)
     with _kept_lock:
         kept = _kept.get(key)
+    stored_key = hashlib.sha256(orjson.dumps(key[1:])).hexdigest()
+    if kept is None:
+        kept = _stored(session, stored_key)
     # Aggregates before rows: on PostgreSQL each statement sees its own moment, so rows read after
     # them may be newer than they say, which only makes the next read do more than it needed to.
     results_now = tuple(session.execute(select(func.count(), func.coalesce(func.max(Result.id), 0)).where(*filters)).one())
@@ -137,6 +145,8 @@ def series_points(
             fresh = _merged(session, kept, filters, limit, results_now)
     if fresh is None:
         fresh = _Kept(results_now, 0, 0, tuple(_read_all(session, filters, limit)))
+        if to_store is not None:
+            to_store.append(StoredRead(stored_key, project.id, fresh, last_commit_id, filled_now))
     if fresh is not kept or kept.last_commit_id != last_commit_id:
         fresh = replace(fresh, last_commit_id=last_commit_id, commits_filled=filled_now)
         with _kept_lock:
@@ -145,6 +155,43 @@ def series_points(
             while len(_kept) > KEPT_READS:
                 _kept.popitem(last=False)
     return list(fresh.series)
+
+
+@dataclass(frozen=True)
+class StoredRead:
+    """Points read whole, to be written to kept_history (`store_reads`)."""
+
+    key: str
+    project_id: int
+    kept: _Kept
+    last_commit_id: int
+    commits_filled: int
+
+
+def _stored(session: Session, key: str) -> _Kept | None:
+    """The points kept_history holds for `key`, as a kept read; None where it holds none."""
+    row = session.execute(
+        select(KeptHistory.results_count, KeptHistory.results_max_id, KeptHistory.last_commit_id,
+               KeptHistory.commits_filled, KeptHistory.points).where(KeptHistory.key == key)
+    ).one_or_none()
+    if row is None:
+        return None
+    count, max_id, last_commit_id, filled, payload = row
+    series = tuple(SeriesPoints(tuple(k), Points(points), seqs, total) for k, points, seqs, total in orjson.loads(payload))
+    return _Kept((count, max_id), last_commit_id, filled, series)
+
+
+def store_reads(session_factory: sessionmaker[Session], reads: list[StoredRead]) -> None:
+    """Write `reads` to kept_history, each replacing what its key held, in a transaction of its own
+    (a read's session may not write: on SQLite its transactions never take the write lock)."""
+    with session_factory() as session, session.begin():
+        for read in reads:
+            payload = orjson.dumps([[list(s.key), s.points, s.seqs, s.total] for s in read.kept.series])
+            session.merge(KeptHistory(
+                key=read.key, project_id=read.project_id, results_count=read.kept.results[0],
+                results_max_id=read.kept.results[1], last_commit_id=read.last_commit_id,
+                commits_filled=read.commits_filled, points=payload,
+            ))  # fmt: skip
 
 
 def _commits_state(session: Session, project: Project, up_to: int) -> tuple[int, int, int]:

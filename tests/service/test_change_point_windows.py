@@ -142,3 +142,28 @@ def test_a_process_that_forgot_its_windows_reads_them_from_the_database(client, 
         client.get("/api/v1/projects/engine/history").raise_for_status()
     assert results.computed == 10
     assert _stored_positions(session) == [0, 25, 50]
+
+
+def test_a_process_that_forgot_its_points_reads_them_from_the_database_and_brings_them_up_to_date(client, monkeypatch):
+    # The first read reads every commit and stores the points (kept_history); a restarted process
+    # finds them there and reads no commit again, neither when nothing changed nor after a new result.
+    from service.usecases import history_points
+
+    values = _series(60, {30: 1.25})
+    _engine_series(client, values, 50)
+    whole_reads = []
+    read_all = history_points._read_all
+    monkeypatch.setattr(history_points, "_read_all", lambda *a: whole_reads.append(1) or read_all(*a))
+    first = client.get("/api/v1/projects/engine/history").json()["series"]
+    assert len(whole_reads) == 1
+
+    _forgetful_history(monkeypatch, forget_points=True)  # a restart
+    assert client.get("/api/v1/projects/engine/history").json()["series"] == first
+    assert len(whole_reads) == 1
+
+    _forgetful_history(monkeypatch, forget_points=True)
+    _post_result(client, values, 50)
+    [after] = client.get("/api/v1/projects/engine/history").json()["series"]
+    assert len(whole_reads) == 1  # the stored points, and the one new result merged in
+    assert [p["commit"] for p in after["points"]] == [f"c{i}" for i in range(51)]
+    assert after["points"][:50] == first[0]["points"]
