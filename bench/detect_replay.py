@@ -20,6 +20,7 @@ then, the bar, the noise, the canary's excess, and the alerts' states after it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -150,6 +151,7 @@ def replay(args) -> tuple[dict, dict, int]:
     data = np.load(args.data)
     measured, canaries = data["execute_ms"], data["canary_ms"]
     rng = np.random.default_rng(args.seed)
+    policy = getattr(args, "policy", None) or timing.DEFAULT_POLICY
     truth, replays, remeasured = {}, {}, 0
     for p in range(args.projects):
         kind = "engine" if p % 2 == 0 else "model"
@@ -162,7 +164,7 @@ def replay(args) -> tuple[dict, dict, int]:
             series[name] = Series(name, kind, **planned, graph_changes=graph_changes[s], measured=measured[source],
                                   canary=canaries[source], rng=rng)
             truth[(f"p{p}", name)] = {**planned, "kind": kind, "source": source}
-            replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct)
+            replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct, policy=policy)
         for c in range(args.commits):
             again = [name for name, x in series.items() if replays[(f"p{p}", name)].post(_posted(x.result(c), c))]
             for name in sorted(again):
@@ -213,11 +215,26 @@ def report(truth: dict, replays: dict, remeasured: int, args) -> None:
                     print(f"    commit {c}: {line}")
 
 
+def _policy(overrides: list[str], parser: argparse.ArgumentParser) -> timing.TimingPolicy:
+    """The service's timing policy with `overrides` ("noise_k=2.2") applied, each as its field's type."""
+    types = {f.name: type(getattr(timing.DEFAULT_POLICY, f.name)) for f in dataclasses.fields(timing.TimingPolicy)}
+    changes = {}
+    for override in overrides:
+        name, _, value = override.partition("=")
+        if name not in types or not value:
+            parser.error(f"--policy {override!r}: give FIELD=VALUE with FIELD one of {', '.join(types)}")
+        changes[name] = types[name](value)
+    return dataclasses.replace(timing.DEFAULT_POLICY, **changes)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="bench.detect's timing alerts replayed without the database")
     add_series_arguments(parser)
     parser.add_argument("--explain", action="store_true", help="print the results around each miss and false alarm")
+    parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="TimingPolicy fields to try other values of, e.g. noise_k=2.2 tail_k=1.0")
     args = parser.parse_args()
+    args.policy = _policy(args.policy, parser)
     report(*replay(args), args)
 
 

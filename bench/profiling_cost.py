@@ -13,35 +13,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 
 import onnx
 import onnxruntime as ort
 
 import runtime
+from bench.__main__ import ORT_LEVELS, median_ms
 from service.engines.feeds import make_feeds
-
-ORT_LEVELS = {
-    "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "layout": ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
-
-
-def median_ms(run: Callable[[], object], runs: int) -> float:
-    for _ in range(10):
-        run()
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        run()
-        samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
 
 
 def ours(path: str, level: str, threads: int, profiled: bool, folder: str) -> runtime.InferenceSession:
@@ -77,8 +56,8 @@ def main() -> None:
         for level in args.levels:
             for engine, make in (("ours", ours), ("onnxruntime", theirs)):
                 plain, profiled = (make(args.model, level, args.threads, flag, folder) for flag in (False, True))
-                off = median_ms(lambda s=plain: s.run(None, feeds), args.runs)
-                on = median_ms(lambda s=profiled: s.run(None, feeds), args.runs)
+                off = median_ms(lambda s=plain: s.run(None, feeds), args.runs, warmup=10)
+                on = median_ms(lambda s=profiled: s.run(None, feeds), args.runs, warmup=10)
                 nodes = len(list(plain.model.graph)) if engine == "ours" else None
                 per_node = f", {1000 * (on - off) / nodes:.1f} us a node ({nodes} nodes)" if nodes else ""
                 print(f"  {level:9s} {engine:12s} off {off:7.3f}  profiled {on:7.3f}  (+{on - off:.3f}{per_node})")

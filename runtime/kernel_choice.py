@@ -496,7 +496,7 @@ def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str,
     An entrant more than `_HOPELESS` times slower than the fastest after two rounds (one in each
     order) runs no more rounds: no handicap or later round would make it win, and on a loaded
     machine OpenBLAS's im2col alone took 1.2 s a round of ResNet-50's convolutions. Its time is
-    the median of the rounds it ran. Entrants still within `_CLOSE` of the fastest after all
+    the lower quartile of the rounds it ran. Entrants still within `_CLOSE` of the fastest after all
     the rounds race as many rounds again among themselves, so a close call is decided on twice
     the calls.
     """

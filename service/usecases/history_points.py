@@ -130,8 +130,9 @@ def series_points(
     key = (str(session.get_bind().url), project.id, model.id if model else None, engine, level, limit)
     with _kept_lock:
         kept = _kept.get(key)
+    in_memory = kept is not None
     stored_key = hashlib.sha256(orjson.dumps(key[1:])).hexdigest()
-    if kept is None:
+    if not in_memory:
         kept = _stored(session, stored_key)
     # Aggregates before rows: on PostgreSQL each statement sees its own moment, so rows read after
     # them may be newer than they say, which only makes the next read do more than it needed to.
@@ -143,17 +144,18 @@ def series_points(
             fresh = kept
         elif results_now[0] > kept.results[0]:
             fresh = _merged(session, kept, filters, limit, results_now)
-    if fresh is None:
+    read_whole = fresh is None
+    if read_whole:
         fresh = _Kept(results_now, 0, 0, tuple(_read_all(session, filters, limit)))
-        if to_store is not None:
-            to_store.append(StoredRead(stored_key, project.id, fresh, last_commit_id, filled_now))
-    if fresh is not kept or kept.last_commit_id != last_commit_id:
+    if fresh is not kept or not in_memory or kept.last_commit_id != last_commit_id:
         fresh = replace(fresh, last_commit_id=last_commit_id, commits_filled=filled_now)
         with _kept_lock:
             _kept[key] = fresh
             _kept.move_to_end(key)
             while len(_kept) > KEPT_READS:
                 _kept.popitem(last=False)
+    if read_whole and to_store is not None:
+        to_store.append(StoredRead(stored_key, project.id, fresh))
     return list(fresh.series)
 
 
@@ -164,8 +166,6 @@ class StoredRead:
     key: str
     project_id: int
     kept: _Kept
-    last_commit_id: int
-    commits_filled: int
 
 
 def _stored(session: Session, key: str) -> _Kept | None:
@@ -189,8 +189,8 @@ def store_reads(session_factory: sessionmaker[Session], reads: list[StoredRead])
             payload = orjson.dumps([[list(s.key), s.points, s.seqs, s.total] for s in read.kept.series])
             session.merge(KeptHistory(
                 key=read.key, project_id=read.project_id, results_count=read.kept.results[0],
-                results_max_id=read.kept.results[1], last_commit_id=read.last_commit_id,
-                commits_filled=read.commits_filled, points=payload,
+                results_max_id=read.kept.results[1], last_commit_id=read.kept.last_commit_id,
+                commits_filled=read.kept.commits_filled, points=payload,
             ))  # fmt: skip
 
 

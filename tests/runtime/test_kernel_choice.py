@@ -236,13 +236,9 @@ def test_the_race_goes_by_the_lower_quartile_so_a_slow_spell_in_half_the_rounds_
     assert timings["spelled"] < timings["steady"]
 
 
-def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
-    # "slow" takes 4x "quick"'s time: after a round in each order it is out, its time the median
-    # of the rounds it ran; "close" (1.25x) runs all six.
-    monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
-    monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
-    counts = {"quick": 0, "close": 0, "slow": 0}
-    pause = {"quick": 0.004, "close": 0.005, "slow": 0.016}
+def _sleepers(pause: dict[str, float]):
+    """Race entrants whose calls sleep `pause[entrant]` seconds, and the count of calls each made."""
+    counts = dict.fromkeys(pause, 0)
 
     def make_call(library, shape):
         def call():
@@ -251,6 +247,15 @@ def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
 
         return call
 
+    return counts, make_call
+
+
+def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
+    # "slow" takes 4x "quick"'s time: after a round in each order it is out, its time the lower
+    # quartile of the rounds it ran; "close" (1.25x) runs all six.
+    monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
+    monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
+    counts, make_call = _sleepers({"quick": 0.004, "close": 0.005, "slow": 0.016})
     timings = kernel_choice._race(["quick", "close", "slow"], [(1, 1, 1, 1)], make_call)
     # per round, one call that wakes the threads and one timed
     assert counts == {"quick": 12, "close": 12, "slow": 4}
@@ -258,20 +263,13 @@ def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
 
 
 def test_a_close_call_races_as_many_rounds_again(monkeypatch):
-    # "first" and "second" take the same time, a call closer than _CLOSE: both race six more
-    # rounds; "third", 50% behind the fastest, stops with the six.
+    # "first" and "second" take the same time, a call closer than _CLOSE (widened to 30%, so that
+    # a loaded machine's late wake-ups cannot part them): both race six more rounds; "third", 80%
+    # behind the fastest, stops with the six.
     monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
     monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
-    counts = {"first": 0, "second": 0, "third": 0}
-    pause = {"first": 0.010, "second": 0.010, "third": 0.015}
-
-    def make_call(library, shape):
-        def call():
-            counts[library] += 1
-            time.sleep(pause[library])
-
-        return call
-
+    monkeypatch.setattr(kernel_choice, "_CLOSE", 0.3)
+    counts, make_call = _sleepers({"first": 0.010, "second": 0.010, "third": 0.018})
     timings = kernel_choice._race(["first", "second", "third"], [(1, 1, 1, 1)], make_call)
     # per round, one call that wakes the threads and one timed
     assert counts == {"first": 24, "second": 24, "third": 12}

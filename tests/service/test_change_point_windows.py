@@ -158,8 +158,13 @@ def test_a_process_that_forgot_its_points_reads_them_from_the_database_and_bring
     assert len(whole_reads) == 1
 
     _forgetful_history(monkeypatch, forget_points=True)  # a restart
+    table_reads = []
+    stored = history_points._stored
+    monkeypatch.setattr(history_points, "_stored", lambda *a: table_reads.append(1) or stored(*a))
     assert client.get("/api/v1/projects/engine/history").json()["series"] == first
     assert len(whole_reads) == 1
+    assert client.get("/api/v1/projects/engine/history").json()["series"] == first
+    assert len(table_reads) == 1  # the points read from the table are kept in memory from then on
 
     _forgetful_history(monkeypatch, forget_points=True)
     _post_result(client, values, 50)
