@@ -244,8 +244,18 @@ def profile_rows(path: Path, threads: int, runs: int, top: int, libraries=None, 
                     {"op": t.op, "calls": t.calls_per_run, "ms": t.us_per_run / 1000} for t in summary.ops[:top]
                 ]
                 table["fastest_ops"] = [{"op": op, "ms": ms} for op, ms in list(fastest.items())[:top]]
+                table["products_ms"] = sum(ms for op, ms in fastest.items() if op in PRODUCT_OPS)
         del ours, reference
     return tables
+
+
+# Nodes whose time is the matrix products (or convolutions) the kernel libraries run: the same
+# products at every level, so fusion cannot make them cheaper. Attention counts whole (its
+# projection and per-head products are most of it), which makes the bound below generous.
+PRODUCT_OPS = frozenset({
+    "MatMul", "Gemm", "FusedGemm", "FusedMatMul", "Attention", "MultiHeadAttention", "Conv", "FusedConv",
+    "NhwcFusedConv", "NhwcConv",
+})
 
 
 def fastest_node_ms(events: list[dict]) -> dict[str, float]:
@@ -270,7 +280,7 @@ def fastest_node_ms(events: list[dict]) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
-def print_profile(name: str, tables: dict) -> None:
+def print_profile(name: str, tables: dict, disabled_ms: float | None = None) -> None:
     print(f"{name} — where the time goes at level all (ms per run, from each engine's profile)")
     for engine, table in tables.items():
         ops = ", ".join(f"{row['op']} {row['ms']:.2f} ({row['calls']:g}x)" for row in table["ops"])
@@ -283,6 +293,14 @@ def print_profile(name: str, tables: dict) -> None:
         if "disabled" in floors:
             line += f"; at disabled {floors['disabled']:.2f}, so disabled / all = {floors['disabled'] / floors['all']:.2f}"
         print(line)
+    ours = tables.get("ours", {})
+    if disabled_ms is not None and ours.get("products_ms"):
+        products = ours["products_ms"]
+        print(
+            f"  our products' floor at all ({', '.join(sorted(PRODUCT_OPS & {r['op'] for r in ours['fastest_ops']}))}):"
+            f" {products:.2f} of {ours['fastest_nodes_ms']['all']:.2f} ms; were all else free at all, the fusion"
+            f" speedup could reach at most {disabled_ms:.2f} / {products:.2f} = {disabled_ms / products:.2f}"
+        )
 
 
 def main() -> None:
@@ -372,7 +390,8 @@ def main() -> None:
                     libraries=executor["libraries"],
                     levels=[level for level in ("disabled", "all") if level in args.levels],
                 )  # fmt: skip
-                print_profile(name, result["profile"])
+                fusion = executor["fusion_speedup"]
+                print_profile(name, result["profile"], fusion["disabled_ms"] if fusion else None)
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(f"\nresults in {RESULTS}/")
 

@@ -1,6 +1,7 @@
 """Honouring `intra_op_num_threads`: our kernels' threads are numpy's BLAS threads, MKL's
-where products against constant weights run on it (runtime/kernels/gemm.py), and oneDNN's
-OpenMP workers where convolutions run on it (runtime/kernels/onednn.py).
+where products against constant weights run on it (runtime/kernels/gemm.py), oneDNN's
+OpenMP workers where convolutions run on it (runtime/kernels/onednn.py), and the compiled row
+loops' parts on those same workers (runtime/kernels/row_threads.py).
 
 threadpoolctl applies the limit to the BLAS numpy loaded, at once; MKL, loaded by us through
 ctypes, gets the same count through its own MKL_Set_Num_Threads. The limit is process-wide:
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from threadpoolctl import threadpool_limits
 
-from runtime.kernels import gemm, onednn
+from runtime.kernels import gemm, onednn, row_threads
 
 
 def limit_blas_threads(count: int) -> None:
@@ -21,3 +22,4 @@ def limit_blas_threads(count: int) -> None:
         threadpool_limits(limits=count, user_api="blas")
         gemm.set_threads(count)
         onednn.set_threads(count)
+        row_threads.set_threads(count)

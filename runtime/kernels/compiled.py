@@ -28,10 +28,13 @@ What the loops rely on, and why:
     process (`_compiled`). numba keys the cache on this file's content only, so a change to the
     erf coefficients in elementwise.py reaches these loops once the stale cache is deleted
     (`rm runtime/kernels/__pycache__/compiled.*.nb[ci]`) or this file changes.
-  - No `parallel=True`. prange over rows halves BiasGelu on its own (0.21 -> 0.11 ms on the
-    2-core target), but made a whole BERT-base run slower, 121 -> 199 ms: numba's OpenMP workers
-    and OpenBLAS's threads both spin-wait after their parallel regions, and in a sequential
-    executor, where GEMMs and these loops alternate, each pool steals the other's cores.
+  - Rows split across threads only on the products' own workers. prange over rows halves
+    BiasGelu on its own (0.21 -> 0.11 ms on the 2-core target), but on numba's default pool
+    it made a whole BERT-base run slower, 121 -> 199 ms: numba's workers and the BLAS's both
+    spin-wait after their parallel regions and steal each other's cores. So each row loop is a
+    `_span` over rows lo..hi plus a `_chunks` twin running the span in parts under prange, and
+    `_split` takes the twin only where numba's omp layer shares Intel OpenMP's workers with MKL
+    and oneDNN and the session's workers spin (runtime/kernels/row_threads.py).
 
 Callers pass C-contiguous float32 views (2-D rows, `rows = x.reshape(-1, width)`, for the row
 loops; flat for Erf; (N, H, W, C) for the channels-last max pool); anything else takes the
@@ -44,9 +47,10 @@ import math
 
 import numpy as np
 from llvmlite import ir as llvm_ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from runtime.kernels import row_threads
 from runtime.kernels.elementwise import ERF32_DEN, ERF32_NUM
 
 # No `nnan`/`ninf`: see the module docstring.
@@ -289,6 +293,21 @@ def _fast_gelu(x):
 # ---------------------------------------------------------------- activations
 
 
+def _split(span, chunked, rows, elements, *args):
+    """Run a row loop over all its rows: in `row_threads.chunks` parts on the products' OpenMP
+    workers when that is more than one, else on this thread."""
+    parts = row_threads.chunks(rows, elements)
+    if parts > 1:
+        chunked(*args, parts)
+    else:
+        span(*args, 0, rows)
+
+
+@_compiled(inline="always")
+def _chunk_start(rows, chunks, c):
+    return rows * c // chunks
+
+
 @_compiled
 def erf_values(x, out):
     """out = erf(x) over flat (size,) views: the Erf kernel's float32 path, one pass instead of ~15."""
@@ -297,46 +316,52 @@ def erf_values(x, out):
         out[i] = erf32(x[i])
 
 
-@_compiled
 def gelu_rows(x, out):
     """out = Gelu(x), exact (erf) form; x and out are (rows, width)."""
-    _wide_vectors()
-    for i in range(x.shape[0]):
-        for j in range(x.shape[1]):
-            out[i, j] = _gelu(x[i, j])
+    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, _NO_BIAS, False, out)
 
 
-@_compiled
 def bias_gelu_rows(x, bias, out):
     """out = Gelu(x + bias), bias broadcast over the rows."""
-    _wide_vectors()
-    for i in range(x.shape[0]):
-        for j in range(x.shape[1]):
-            out[i, j] = _gelu(x[i, j] + bias[j])
+    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, bias, False, out)
 
 
-@_compiled
 def fast_gelu_rows(x, out):
     """out = FastGelu(x), the tanh form."""
-    _wide_vectors()
-    for i in range(x.shape[0]):
-        for j in range(x.shape[1]):
-            out[i, j] = _fast_gelu(x[i, j])
+    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, _NO_BIAS, True, out)
+
+
+def bias_fast_gelu_rows(x, bias, out):
+    """out = FastGelu(x + bias)."""
+    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, bias, True, out)
+
+
+_NO_BIAS = np.zeros(0, np.float32)  # (0,)-shaped: one compiled signature with or without a bias
 
 
 @_compiled
-def bias_fast_gelu_rows(x, bias, out):
-    """out = FastGelu(x + bias)."""
+def _gelu_span(x, bias, fast, out, lo, hi):
+    """Rows lo..hi of Gelu or FastGelu (`fast`), plus the bias where it is not (0,)-shaped; LLVM
+    unswitches the two loop-invariant branches, so each of the four loops vectorizes."""
     _wide_vectors()
-    for i in range(x.shape[0]):
+    with_bias = bias.shape[0] > 0
+    for i in range(lo, hi):
         for j in range(x.shape[1]):
-            out[i, j] = _fast_gelu(x[i, j] + bias[j])
+            v = x[i, j] + bias[j] if with_bias else x[i, j]
+            out[i, j] = _fast_gelu(v) if fast else _gelu(v)
+
+
+@_compiled(parallel=True)
+def _gelu_chunks(x, bias, fast, out, chunks):
+    rows = x.shape[0]
+    for c in prange(chunks):
+        _wide_vectors()
+        _gelu_span(x, bias, fast, out, _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1))
 
 
 # ---------------------------------------------------------------- normalization
 
 
-@_compiled
 def skip_layer_norm_rows(x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std):
     """out = normalize(x + skip + bias) * gamma + beta, row by row over (rows, width) views.
 
@@ -354,12 +379,20 @@ def skip_layer_norm_rows(x, skip, bias, gamma, beta, epsilon, centered, out, sum
     rounding is ~1e-7 relative. The variance is taken about the mean in a second pass over the
     row (still in L1) rather than as E[x^2] - mean^2, which cancels when |mean| >> std.
     """
+    _split(
+        _skip_layer_norm_span, _skip_layer_norm_chunks, x.shape[0], x.size,
+        x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std,
+    )  # fmt: skip
+
+
+@_compiled
+def _skip_layer_norm_span(x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std, lo, hi):
     _wide_vectors()
-    rows, width = x.shape
+    width = x.shape[1]
     skip_rows = skip.shape[0]
     one_row = summed.shape[0] == 1
     scale = _F(1.0) / _F(width)
-    for i in range(rows):
+    for i in range(lo, hi):
         s = i % skip_rows
         row = summed[0 if one_row else i]
         total = _F(0.0)
@@ -379,17 +412,30 @@ def skip_layer_norm_rows(x, skip, bias, gamma, beta, epsilon, centered, out, sum
         inv_std[i] = r
 
 
+@_compiled(parallel=True)
+def _skip_layer_norm_chunks(
+    x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std, chunks
+):
+    rows = x.shape[0]
+    for c in prange(chunks):
+        _wide_vectors()
+        # A scratch row of its own per part: one shared row would be written by both threads.
+        scratch = summed if summed.shape[0] > 1 else np.empty_like(summed)
+        _skip_layer_norm_span(
+            x, skip, bias, gamma, beta, epsilon, centered, out, scratch, mean, inv_std,
+            _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1),
+        )  # fmt: skip
+
+
 # ---------------------------------------------------------------- attention
 
 
-@_compiled
 def masked_softmax_heads(scores, mask):
     """softmax(scores + mask) over the last axis, in place, for scores (B, N, S, T); see
     `scaled_masked_softmax_heads`."""
     scaled_masked_softmax_heads(scores, _F(1.0), mask)
 
 
-@_compiled
 def scaled_masked_softmax_heads(scores, scale, mask):
     """softmax(scale * scores + mask) over the last axis, in place, for scores (B, N, S, T).
 
@@ -402,37 +448,50 @@ def scaled_masked_softmax_heads(scores, scale, mask):
     over `_ordered_bits` keys: LLVM leaves a float max reduction scalar (about 3x slower here)
     but vectorizes an integer one.
     """
-    _wide_vectors()
-    batch, heads, seq, _ = scores.shape
-    mask_batches, mask_heads, mask_rows = mask.shape[0], mask.shape[1], mask.shape[2]
-    for b in range(batch):
-        mb = b if mask_batches > 1 else 0
-        for n in range(heads):
-            mn = n if mask_heads > 1 else 0
-            for s in range(seq):
-                row = scores[b, n, s]
-                mask_row = mask[mb, mn, s if mask_rows > 1 else 0]
-                peak_key = _LOWEST_KEY
-                for t in range(row.shape[0]):
-                    value = row[t] * scale + mask_row[t]
-                    row[t] = value
-                    key = _ordered_bits(value)
-                    peak_key = key if key > peak_key else peak_key
-                peak = _float32_from_bits(_ordered_bits_inverse(peak_key))
-                norm = _F(0.0)
-                for t in range(row.shape[0]):
-                    e = exp32(row[t] - peak)
-                    row[t] = e
-                    norm += e
-                inverse = _F(1.0) / norm
-                for t in range(row.shape[0]):
-                    row[t] *= inverse
+    rows = scores.shape[0] * scores.shape[1] * scores.shape[2]
+    _split(_softmax_span, _softmax_chunks, rows, scores.size, scores, _F(scale), mask)
 
 
-@_compiled
 def masked_softmax_rows(scores, mask):
     """`masked_softmax_heads` with a (Bm, Sm, T) mask, the same for every head."""
     masked_softmax_heads(scores, mask.reshape((mask.shape[0], 1, mask.shape[1], mask.shape[2])))
+
+
+@_compiled
+def _softmax_span(scores, scale, mask, lo, hi):
+    """Rows lo..hi of the scores' (B * N * S) rows."""
+    _wide_vectors()
+    _, heads, seq, _ = scores.shape
+    mask_batches, mask_heads, mask_rows = mask.shape[0], mask.shape[1], mask.shape[2]
+    for flat in range(lo, hi):
+        b = flat // (heads * seq)
+        n = (flat // seq) % heads
+        s = flat % seq
+        row = scores[b, n, s]
+        mask_row = mask[b if mask_batches > 1 else 0, n if mask_heads > 1 else 0, s if mask_rows > 1 else 0]
+        peak_key = _LOWEST_KEY
+        for t in range(row.shape[0]):
+            value = row[t] * scale + mask_row[t]
+            row[t] = value
+            key = _ordered_bits(value)
+            peak_key = key if key > peak_key else peak_key
+        peak = _float32_from_bits(_ordered_bits_inverse(peak_key))
+        norm = _F(0.0)
+        for t in range(row.shape[0]):
+            e = exp32(row[t] - peak)
+            row[t] = e
+            norm += e
+        inverse = _F(1.0) / norm
+        for t in range(row.shape[0]):
+            row[t] *= inverse
+
+
+@_compiled(parallel=True)
+def _softmax_chunks(scores, scale, mask, chunks):
+    rows = scores.shape[0] * scores.shape[1] * scores.shape[2]
+    for c in prange(chunks):
+        _wide_vectors()
+        _softmax_span(scores, scale, mask, _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1))
 
 
 @_compiled
@@ -468,7 +527,6 @@ def merge_heads(context, bias, out):
 # ---------------------------------------------------------------- convolution epilogue
 
 
-@_compiled
 def conv_epilogue_rows(y, bias, residual, relu):
     """y = relu?(y + bias + residual), in place over the (positions, channels) GEMM output.
 
@@ -477,10 +535,15 @@ def conv_epilogue_rows(y, bias, residual, relu):
     arrives as a (0,)-shaped / (0, 0)-shaped array, so there is one compiled signature. The
     clamp keeps NaN (`v < 0` is false for it) as np.maximum(v, 0) does.
     """
-    rows, width = y.shape
+    _split(_conv_epilogue_span, _conv_epilogue_chunks, y.shape[0], y.size, y, bias, residual, relu)
+
+
+@_compiled
+def _conv_epilogue_span(y, bias, residual, relu, lo, hi):
+    width = y.shape[1]
     with_bias = bias.shape[0] > 0
     with_residual = residual.shape[0] > 0
-    for i in range(rows):
+    for i in range(lo, hi):
         for j in range(width):
             v = y[i, j]
             if with_bias:
@@ -490,6 +553,19 @@ def conv_epilogue_rows(y, bias, residual, relu):
             if relu:
                 v = _F(0.0) if v < _F(0.0) else v
             y[i, j] = v
+
+
+@_compiled(parallel=True)
+def _conv_epilogue_chunks(y, bias, residual, relu, chunks):
+    for c in prange(chunks):
+        _conv_epilogue_span(
+            y,
+            bias,
+            residual,
+            relu,
+            _chunk_start(y.shape[0], chunks, c),
+            _chunk_start(y.shape[0], chunks, c + 1),
+        )
 
 
 # ---------------------------------------------------------------- pooling
