@@ -36,7 +36,7 @@ def _params():
         yield pytest.param(case, id=case.model.removesuffix(".onnx"), marks=marks)
 
 
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", list(_params()))
 def test_onnxruntime_fusion_case(case):
     _, mismatches = run_case(case, FOLDER)
     assert not mismatches, f"{case.test}: ours vs ONNX Runtime's expected count: {mismatches}"
