@@ -265,7 +265,8 @@ def _read_all(session: Session, filters: list, limit: int) -> list[SeriesPoints]
         .join(Model, Model.id == Result.model_id)
         .where(ranked.c.rank <= limit)
     )
-    rows = sorted(session.execute(query).all(), key=lambda row: (row[19], row[0]))  # (seq, result id)
+    # Through the connection: the ORM session's own processing of 10,000 plain rows is time for nothing.
+    rows = sorted(session.connection().execute(query).all(), key=lambda row: (row[19], row[0]))  # (seq, result id)
     builder = _PointBuilder()
     series: dict[SeriesKey, tuple[list, list, int]] = {}
     for row in rows:
