@@ -1,5 +1,5 @@
 """Change-point windows computed when results arrive (service/usecases/history_windows.py): a first
-history read finds every window but the newest one or two stored, and its change points are those
+history read finds every window but the newest five stored, and its change points are those
 of the whole series computed from scratch, whatever order the results arrived in."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from service.usecases.projects import get_project
 from tests.service.jobs import drain
 from tests.service.test_change_point_windows import CountingResults, _series
 
-N = 140  # windows at 0, 25, ..., 100 (the last 40 long so far), settled up to the one ending at 100
+N = 201  # windows at 0, 25, ..., 175 (the last 26 long so far), settled up to the one ending at 100
 
 
 def _document(values, i: int, level: str = "all", machine_class: str = "cpu") -> dict:
@@ -84,22 +84,22 @@ def test_a_first_read_after_results_arrived_finds_the_settled_windows_stored(eng
     values = _series(N, {60: 1.25})
     for i in range(N):
         _post(engine, values, i)
-    assert _stored(session) == [0, 25, 50]  # the last whole window ending 25 commits or more before the newest
+    assert _stored(session) == [0, 25, 50]  # the last whole window ending 100 commits or more before the newest
     series, results = _read_afresh(engine, monkeypatch)
     assert [c["commit"] for c in series["change_points"]] == ["c60"]
-    assert results.computed == 2  # the window at 75, ended 15 commits ago, and the one at 100, filling up
-    assert _stored(session) == [0, 25, 50, 75, 100]
+    assert results.computed == 5  # the windows at 75 to 150, ended 76 to 1 commits ago, and the one at 175
+    assert _stored(session) == [0, 25, 50, 75, 100, 125, 150, 175]
 
 
 def test_a_window_is_stored_at_the_first_pass_after_it_settled(engine, session):
-    values = _series(101, {})
-    for i in range(75):
+    values = _series(176, {})
+    for i in range(150):
         _post(engine, values, i)
-    # The window at 0 settled with the 75th result; the passes come with the 1st, 26th, 51st, 76th...
+    # The window at 0 settled with the 150th result; the passes come with the 1st, 26th, ..., 151st...
     assert _stored(session) == []
-    _post(engine, values, 75)
+    _post(engine, values, 150)
     assert _stored(session) == [0]
-    for i in range(76, 101):
+    for i in range(151, 176):
         _post(engine, values, i)
     assert _stored(session) == [0, 25]
 
@@ -113,7 +113,7 @@ def test_results_posted_concurrently_leave_the_same_windows_as_in_order(engine, 
     assert _stored(session) == [0, 25, 50]
     series, results = _read_afresh(engine, monkeypatch)
     assert [c["commit"] for c in series["change_points"]] == ["c70"]
-    assert results.computed == 2
+    assert results.computed == 5
 
 
 def test_results_arriving_out_of_order_give_the_change_points_of_the_whole_series(engine, session, monkeypatch):
@@ -126,7 +126,7 @@ def test_results_arriving_out_of_order_give_the_change_points_of_the_whole_serie
         for i in range(N):
             record_commit(writer, project, f"c{i}", "main", [f"c{i - 1}"] if i else [])
     order = list(range(N))
-    shuffled = [i for block in range(0, N, 7) for i in random.Random(block).sample(order[block:block + 7], 7)]
+    shuffled = [i for block in range(0, N, 7) for i in random.Random(block).sample(order[block:block + 7], len(order[block:block + 7]))]
     late = shuffled.pop(shuffled.index(30))
     for i in [*shuffled, late]:
         _post(engine, values, i)
@@ -135,17 +135,18 @@ def test_results_arriving_out_of_order_give_the_change_points_of_the_whole_serie
     series, results = _read_afresh(engine, monkeypatch)
     assert [c["commit"] for c in series["change_points"]] == ["c40", "c95"]
     # Commit 30, measured last, moved every later point by one: the windows stored meanwhile hold
-    # values no read asks for, so this read computes every window (a pass comes every 25th result).
+    # values no read asks for. Its own result, the 201st, came with a pass, which took the windows
+    # at 0, 25 and 50 again; the read computes the newest five.
     assert results.computed == 5
-    # A commit measured again changes the windows holding it (the newest two here); the read finds the rest.
+    # A commit measured again changes the windows holding it (at 75 and 100); the read finds the rest.
     _post(engine, np.full(N, 5.0), 110)
     series, results = _read_afresh(engine, monkeypatch)
     assert results.computed == 2
 
 
 def test_each_series_a_post_joins_gets_its_windows(engine, session):
-    values, basic = _series(80, {}), _series(80, {}, seed=4)
-    for i in range(80):
+    values, basic = _series(151, {}), _series(151, {}, seed=4)
+    for i in range(151):
         document = _document(values, i)
         document["results"].append(document["results"][0] | {"level": "basic", "execute_ms": [float(basic[i])] * 5})
         engine.post("/api/v1/results", json=document).raise_for_status()
@@ -161,11 +162,11 @@ def test_untimed_results_are_left_out_as_a_read_leaves_them_out(engine, session,
         if i % 9 == 4:
             document["results"][0]["execute_ms"] = []  # no timing: no p10, no place among the windows
         engine.post("/api/v1/results", json=document).raise_for_status()
-    # 124 timed points: the windows at 0 and 25 have settled (the one at 25 ends 49 points before the newest).
+    # 179 timed points: the windows at 0 and 25 have settled (the one at 25 ends 104 points before the newest).
     assert _stored(session) == [0, 25]
     series, results = _read_afresh(engine, monkeypatch)
     assert [c["commit"] for c in series["change_points"]] == ["c50"]
-    assert results.computed == 2
+    assert results.computed == 5
 
 
 def test_the_worker_computes_the_windows_of_the_series_its_result_joins(client, session):
@@ -173,11 +174,11 @@ def test_the_worker_computes_the_windows_of_the_series_its_result_joins(client, 
     client.post("/api/v1/projects", json={"name": "engine", "settings": settings}).raise_for_status()
     with open("tests/models/resnet_tiny_opset17.onnx", "rb") as model:
         client.post("/api/v1/projects/engine/models", files={"file": ("bert.onnx", model)}).raise_for_status()
-    values = _series(75, {})
-    for i in range(75):
+    values = _series(150, {})
+    for i in range(150):
         _post(client, values, i, level="basic")
     assert _stored(session) == []
-    webhook = {"project": "engine", "sha": "c75", "branch": "main", "parents": ["c74"]}
+    webhook = {"project": "engine", "sha": "c150", "branch": "main", "parents": ["c149"]}
     assert client.post("/api/v1/webhooks/ci", json=webhook).status_code == 202
     assert drain(client) == 1
-    assert _stored(session) == [0]  # the worker's result is the 76th: a pass, and the window at 0 has settled
+    assert _stored(session) == [0]  # the worker's result is the 151st: a pass, and the window at 0 has settled
