@@ -4,7 +4,8 @@ instead of reading 10,000 commits again (200-260 ms of a first read after a rest
 
 `key` is the SHA-256 of the read's project, filters and limit; `results_count`, `results_max_id`,
 `last_commit_id` and `commits_filled` are what the points were read at, the same checks a kept read
-in memory answers to; `points` is the orjson of the series' points.
+in memory answers to; `points` holds each series' key and its points' JSON as a reply carries it
+(usecases/history_points.py: _packed).
 """
 
 from __future__ import annotations

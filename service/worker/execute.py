@@ -19,6 +19,7 @@ from service.measure import measure
 from service.models import Job, Model, ModelFile, Project, Result, Run
 from service.protocol import protocol_for
 from service.storage import ModelStore
+from service.usecases.history_windows import arrived, compute_windows
 from service.usecases.results import get_or_create_machine, record_result
 
 log = logging.getLogger("fusionwatch.worker")
@@ -70,9 +71,13 @@ def execute_job(
         queue.finish(session, job)
         session.commit()
         alert_ids = [a.id for a in alerts]
+        series = arrived(result)
     queue.dispatch([again] if again else [], broker_url)
     log.info("job done", extra={"job_id": job_id, "seconds": round(time.perf_counter() - started, 3), "alerts": len(alert_ids)})
     deliver(session_factory, alert_ids)
+    # Once the result is committed: the first history read then finds the series' change-point
+    # windows stored (usecases/history_windows.py).
+    compute_windows(session_factory, session_factory, [series])
 
 
 def _fail(session_factory: Callable[[], Session], job_id: int, reason: str) -> None:

@@ -3,8 +3,11 @@ whatever happened in between, a read gives what reading everything afresh gives.
 
 from __future__ import annotations
 
+import orjson
 import pytest
+from sqlalchemy import select
 
+from service.models import KeptHistory
 from service.usecases import history_points
 
 
@@ -104,3 +107,16 @@ def test_an_unchanged_history_answers_304_to_its_etag(engine_project):
     changed = client.get("/api/v1/projects/engine/history", headers={"If-None-Match": etag})
     assert changed.status_code == 200 and changed.headers["etag"] != etag
     assert changed.json()["series"][0]["points"][-1]["commit"] == "c8"
+
+
+def test_points_read_from_kept_history_come_rendered_as_the_reply_carries_them(engine_project, session):
+    client = engine_project
+    _result(client, "c8", ["c7"], 1.5, level="basic")  # two series, stored one after the other
+    first = _read(client, "limit=5")
+    history_points._kept.clear()  # a restart
+    [key] = session.scalars(select(KeptHistory.key))
+    kept = history_points._stored(session, key)
+    for series, read in zip(kept.series, first["series"], strict=True):
+        assert "rendered" in series.points.__dict__  # not rendered again
+        assert orjson.loads(series.points.rendered) == list(series.points) == read["points"]
+    assert _read(client, "limit=5") == first

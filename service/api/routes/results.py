@@ -15,6 +15,7 @@ from service.models import Model
 from service.schemas.requests import ResultsDocument
 from service.usecases.alerts import alert_dict
 from service.usecases.commits import record_commit
+from service.usecases.history_windows import arrived, compute_windows
 from service.usecases.models import get_model
 from service.usecases.results import Measurement, get_or_create_machine, record_result
 from service.usecases.runs import record_only_run
@@ -34,14 +35,18 @@ def create_results(
         commit = record_commit(session, project, c.sha, c.branch, c.parents, c.message, c.author, c.timestamp)
         run = record_only_run(session, project, commit, "results")
         machine = get_or_create_machine(session, document.machine or {"machine_class": "cpu"})
-        alerts = []
+        alerts, series = [], []
         for item in document.results:
             model = _model_named(session, project, item.model)
             measurement = Measurement(**item.model_dump(exclude={"model"}))
-            _, raised = record_result(session, run, model, measurement, machine)
+            result, raised = record_result(session, run, model, measurement, machine)
             alerts.extend(raised)
+            series.append(arrived(result))
         reply = {"run_id": run.id, "run_url": f"/api/v1/runs/{run.id}", "alerts": [alert_dict(session, a) for a in alerts]}
     background.add_task(deliver, services.session_factory, [a.id for a in alerts])
+    # After the reply, so a poster does not wait for it: the first history read then finds the
+    # series' change-point windows stored (usecases/history_windows.py).
+    background.add_task(compute_windows, services.read_session_factory, services.session_factory, series)
     return reply
 
 
