@@ -1,8 +1,9 @@
 """Timing alerts over a series: gather the baseline window, decide, and keep the alerts' states.
 
-A timing alert starts `suspected` at the commit whose result crossed the bar (`timing.decide`) and is
-delivered only once `confirmed`: when a re-measurement of that commit, or the next measured commit,
-also crosses it against the same window. One slow job on a shared machine is thereby never delivered,
+A timing alert starts `suspected` at the commit whose result crossed the screen (`timing.decide`) and
+is delivered only once `confirmed`: when the jobs measured after it, a re-measurement of that commit
+and then with it the next measured commit's job, cross the bar together against the same window
+(`_confirm_if_agrees`). One slow job on a shared machine is thereby never delivered,
 while a real step is, one measurement later. The window is the last K measured ancestors with the
 result's fingerprint (nearest first, as `baselines.find_baseline` walks them), without commits whose
 timing alert is still only suspected (likely slow moments) and ending at the latest confirmed one
@@ -123,7 +124,7 @@ def evaluate(
     if not window:
         return []
     verdict = timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct,
-                            code_changed(result, window, policy), policy, [as_job(r) for r in ancestry])
+                            code_changed(result, window, policy), policy, [as_job(r) for r in ancestry], screening=True)
     if verdict is None or not verdict.regressed:
         return []
     baseline_commit = session.get(Commit, window[0].commit_id)
@@ -155,23 +156,27 @@ def _confirm_if_agrees(
     policy: timing.TimingPolicy,
     remeasured: Result | None = None,
 ) -> list[Alert]:
-    """Confirm `alert` when `result` crosses the bar against the window the alert was raised on, by about
-    the same amount (`timing.agree`), unless `remeasured` (the alerted commit's re-measurement, when
-    `result` is the next commit's) says the alerted job was a slow moment before a step at `result`'s
-    commit (`timing.slow_moment_before`)."""
+    """Confirm `alert` when the jobs measured since it (`remeasured`, the alerted commit's re-measurement
+    when `result` is the next commit's, and `result`) cross the bar together against the window the alert
+    was raised on, by about the same amount as the alerted job (`timing.agree`), unless the
+    re-measurement says the alerted job was a slow moment before a step at `result`'s commit
+    (`timing.slow_moment_before`). The alerted job itself is left out of the pool: it was picked for
+    crossing the screen, so it would carry a noise that crossed the bar into every later test."""
     alerted = session.get(Result, alert.result_id)
     ancestry = measured_ancestry(session, alerted, policy)
     window = baseline_window(ancestry, alerts, policy.window)
     if not window:
         return []
     jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window, policy), [as_job(r) for r in ancestry]
-    first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy, history)
-    verdict = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
+    first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy, history, screening=True)
+    since = [as_job(r) for r in (remeasured, result) if r is not None]
+    verdict = timing.decide(since, jobs, threshold_pct, changed, policy, history)
     if first is None or verdict is None or not timing.agree(first, verdict, policy):
         return []
     if remeasured is not None:
         again = timing.decide(as_job(remeasured), jobs, threshold_pct, changed, policy, history)
-        if again is not None and timing.slow_moment_before(again, verdict):
+        later = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
+        if again is not None and later is not None and timing.slow_moment_before(again, later):
             return []
     commit = session.get(Commit, result.commit_id)
     what = "a re-measurement" if result.commit_id == alert.commit_id else f"the next commit {commit.sha[:12]}"
