@@ -67,22 +67,16 @@ class SeriesReplay:
         return found[: self.policy.window * 5]
 
     def decide(self, result: Posted, ancestry: list[Posted]) -> timing.TimingVerdict | None:
-        window = timing_alerts.baseline_window(ancestry, self.alerts, self.policy.window)
-        if not window:
-            return None
-        return timing.decide(timing_alerts.as_job(result), [timing_alerts.as_job(r) for r in window], self.threshold_pct,
-                             timing_alerts.code_changed(result, window, self.policy), self.policy,
-                             [timing_alerts.as_job(r) for r in ancestry], screening=True)
+        screened = timing_alerts.screen(result, ancestry, self.alerts, self.threshold_pct, self.policy)
+        return None if screened is None else screened.verdict
 
     def confirm(self, alert: Suspicion, result: Posted) -> bool:
         ancestry = self.ancestry(alert.commit_id)
-        window = timing_alerts.baseline_window(ancestry, self.alerts, self.policy.window)
-        if not window:
+        screened = timing_alerts.screen(alert.result, ancestry, self.alerts, self.threshold_pct, self.policy)
+        if screened is None:
             return False
-        jobs, history = [timing_alerts.as_job(r) for r in window], [timing_alerts.as_job(r) for r in ancestry]
-        changed = timing_alerts.code_changed(alert.result, window, self.policy)
-        first = timing.decide(timing_alerts.as_job(alert.result), jobs, self.threshold_pct, changed, self.policy, history,
-                              screening=True)
+        first, changed, history = screened.verdict, screened.changed, screened.history
+        jobs = [timing_alerts.as_job(r) for r in screened.window]
         remeasured = self.latest.get(alert.commit_id)
         if result.commit_id == alert.commit_id or remeasured is alert.result:
             remeasured = None

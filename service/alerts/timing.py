@@ -90,6 +90,7 @@ class TimingPolicy:
     alpha: float = 0.01  # the rank test's level
     noise_k: float = 2.5  # the effect must beat this many times the window's job-to-job noise (÷ √jobs pooled)
     suspect_k: float = 2.0  # a single job is suspected past this many noises: the screen that buys a re-measurement
+    screen_jobs: int = 2  # the screen also pools the job with those of this many commits in all (timing_alerts.screen)
     same_code_factor: float = 2.0  # unchanged graph hash and engine version: the bar is this much higher
     same_code_jobs: int = 2  # "unchanged" means equal to the code of this many nearest window jobs
     min_noise_jobs: int = 4  # fewer measured ancestors: no verdict (see "too few" above); fewer in the window: the bar doubles

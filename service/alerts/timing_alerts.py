@@ -19,6 +19,8 @@ goes back to the commit where the step began (`_step_began_before`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -96,6 +98,48 @@ def as_job(result: Result) -> timing.Job:
     return timing.Job(samples=result.execute_ms, canary_ms=result.canary_ms)
 
 
+@dataclass(frozen=True)
+class Screened:
+    """What a result was screened on: the verdict, and the window, code change and history it was
+    decided against (the confirmation decides against the same)."""
+
+    verdict: timing.TimingVerdict | None
+    window: list
+    changed: bool
+    history: list
+
+
+def screen(result, ancestry: list, alerts: dict, threshold_pct: float, policy: timing.TimingPolicy) -> Screened | None:
+    """Does `result` (a Result, or the replay's stand-in) pass the screen that makes a suspicion? Its job
+    alone against its window (`suspect_k` noises), else its job pooled with those of the up to
+    `policy.screen_jobs - 1` commits before it, against the window before them (`noise_k` / √jobs): a
+    step whose first jobs each stayed under the screen shows in their mean. Only commits without an
+    alert of their own are pooled: an alert's jobs are already being followed. None without a window."""
+    window = baseline_window(ancestry, alerts, policy.window)
+    if not window:
+        return None
+    history = [as_job(r) for r in ancestry]
+    changed = code_changed(result, window, policy)
+    alone = Screened(timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct, changed, policy, history,
+                                   screening=True), window, changed, history)
+    if alone.verdict is None or alone.verdict.regressed:
+        return alone
+    for before in range(1, policy.screen_jobs):
+        if len(ancestry) <= before or ancestry[before - 1].commit_id in alerts:
+            break
+        earlier = baseline_window(ancestry[before:], alerts, policy.window)
+        if not earlier:
+            break
+        pooled = [as_job(r) for r in reversed(ancestry[:before])] + [as_job(result)]
+        first = ancestry[before - 1]  # the step, if any, began at the pool's first commit
+        changed_then = code_changed(first, earlier, policy)
+        verdict = timing.decide(pooled, [as_job(r) for r in earlier], threshold_pct, changed_then, policy,
+                                [as_job(r) for r in ancestry[before:]])
+        if verdict is not None and verdict.regressed:
+            return Screened(verdict, earlier, changed_then, [as_job(r) for r in ancestry[before:]])
+    return alone
+
+
 def evaluate(
     session: Session,
     result: Result,
@@ -120,13 +164,10 @@ def evaluate(
         confirmed = _confirm_if_agrees(session, pending, result, alerts, threshold_pct, policy, remeasured)
         if confirmed:
             return confirmed  # the next commit agrees: the same step, not a second one
-    window = baseline_window(ancestry, alerts, policy.window)
-    if not window:
+    screened = screen(result, ancestry, alerts, threshold_pct, policy)
+    if screened is None or screened.verdict is None or not screened.verdict.regressed:
         return []
-    verdict = timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct,
-                            code_changed(result, window, policy), policy, [as_job(r) for r in ancestry], screening=True)
-    if verdict is None or not verdict.regressed:
-        return []
+    verdict, window = screened.verdict, screened.window
     baseline_commit = session.get(Commit, window[0].commit_id)
     commit = session.get(Commit, result.commit_id)
     return [
@@ -164,11 +205,11 @@ def _confirm_if_agrees(
     crossing the screen, so it would carry a noise that crossed the bar into every later test."""
     alerted = session.get(Result, alert.result_id)
     ancestry = measured_ancestry(session, alerted, policy)
-    window = baseline_window(ancestry, alerts, policy.window)
-    if not window:
+    screened = screen(alerted, ancestry, alerts, threshold_pct, policy)
+    if screened is None:
         return []
-    jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window, policy), [as_job(r) for r in ancestry]
-    first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy, history, screening=True)
+    first, window, changed, history = screened.verdict, screened.window, screened.changed, screened.history
+    jobs = [as_job(r) for r in window]
     since = [as_job(r) for r in (remeasured, result) if r is not None]
     verdict = timing.decide(since, jobs, threshold_pct, changed, policy, history)
     if first is None or verdict is None or not timing.agree(first, verdict, policy):

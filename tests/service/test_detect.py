@@ -187,6 +187,25 @@ def test_a_slow_moment_before_a_step_is_told_from_the_step_by_the_re_measurement
     assert not timing.slow_moment_before(again(1.12), later)  # it crossed the bar itself: nothing to tell apart
 
 
+def test_the_screen_pools_a_job_with_the_previous_commits_when_neither_passes_alone():
+    def result(commit, level):
+        return SimpleNamespace(commit_id=commit, execute_ms=job(level).samples, canary_ms=2.0, graph_hash=None,
+                               engine_version=None)
+
+    older = [result(19 - i, noisy.samples[0] / SHAPE[0]) for i, noisy in enumerate(NOISY[:20])]  # nearest first
+    screen_only_one = dataclasses.replace(timing.DEFAULT_POLICY, screen_jobs=1)
+    alone = timing_alerts.screen(result(21, 1.085), [result(20, 1.085), *older], {}, 5, screen_only_one)
+    assert not alone.verdict.regressed  # +8.0%: under the screen of one job (2 noises, 8.3%)
+    pooled = timing_alerts.screen(result(21, 1.085), [result(20, 1.085), *older], {}, 5, timing.DEFAULT_POLICY)
+    assert pooled.verdict.regressed and "mean fastest run of 2 jobs" in pooled.verdict.why  # 2.5 noises / √2: 7.4%
+    assert pooled.window[0].commit_id == 19  # the window the pool is measured against ends before it
+    assert pooled.verdict.min_effect_pct < alone.verdict.min_effect_pct
+    # A previous commit with an alert of its own is followed by that alert, not pooled again.
+    held = timing_alerts.screen(result(21, 1.085), [result(20, 1.085), *older], {20: SimpleNamespace(confirmed_at=None)}, 5,
+                                 timing.DEFAULT_POLICY)
+    assert not held.verdict.regressed
+
+
 def test_the_code_counts_as_changed_while_the_nearest_window_jobs_ran_other_code():
     def result(graph):
         return SimpleNamespace(graph_hash=graph, engine_version="1.0")
