@@ -26,7 +26,9 @@ Per-commit performance alerts are abandoned when they cry wolf, so a regression 
   bar proper is faced by the jobs measured after the suspected one, pooled: their mean level against
   `noise_k` × the noise / √jobs and `tail_k` × the slow tail of as many jobs in a row (a mean of two
   hides a lone slow job but not two in a row). The suspected job itself stays out of the pool: it was
-  picked for crossing the screen. This is for series noisier than the step: the onnxruntime series
+  picked for crossing the screen. The screen pools too (`timing_alerts.screen`): a job under it alone is
+  suspected when its mean with the previous commit's job crosses the bar for two, against the window
+  before both. This is for series noisier than the step: the onnxruntime series
   measured on the Zen 5 (`bench/data/detect_noise_zen5.npz`) wobble by 4.5–7% job to job, so one job
   had to rise 12–17% to cross 2.5 noises and a 10% step was confirmed within two commits only when two
   single jobs did; `bench.detect_replay --explain` found 6 of its 7 misses of seed 10 to be jobs under
