@@ -9,7 +9,8 @@ decide against the window) is repeated here on plain objects. While that walk is
 prints `make bench-detect`'s numbers exactly (checked: seed 10 before and after the canary and noise
 changes, seed 11 after, seed 10 again after the slow-tail bar: 14 false alarms, 116 of 120, 565
 re-measurements), so it is the way to iterate on the decision and to try other seeds; `make
-bench-detect` remains the measurement.
+bench-detect` remains the measurement. `tests/bench/test_detect_replay.py` holds the two to the same
+counts on a small bench.
 Fusion alerts are not replayed (they are exact: 240 of 240 in every run).
 
 `--explain` prints, for each step of 10% or more missed within two commits and each false alarm, every
@@ -56,6 +57,7 @@ class Suspicion:
 class SeriesReplay:
     threshold_pct: float
     policy: timing.TimingPolicy = timing.DEFAULT_POLICY
+    explain: bool = True  # keep the log --explain prints (it decides every result twice)
     latest: dict[int, Posted] = field(default_factory=dict)
     alerts: dict[int, Suspicion] = field(default_factory=dict)
     log: list[tuple[int, str]] = field(default_factory=list)
@@ -65,28 +67,27 @@ class SeriesReplay:
         return found[: self.policy.window * 5]
 
     def decide(self, result: Posted, ancestry: list[Posted]) -> timing.TimingVerdict | None:
-        window = timing_alerts.baseline_window(ancestry, self.alerts, self.policy.window)
-        if not window:
-            return None
-        return timing.decide(timing_alerts.as_job(result), [timing_alerts.as_job(r) for r in window], self.threshold_pct,
-                             timing_alerts.code_changed(result, window, self.policy), self.policy,
-                             [timing_alerts.as_job(r) for r in ancestry])
+        screened = timing_alerts.screen(result, ancestry, self.alerts, self.threshold_pct, self.policy)
+        return None if screened is None else screened.verdict
 
     def confirm(self, alert: Suspicion, result: Posted) -> bool:
         ancestry = self.ancestry(alert.commit_id)
-        window = timing_alerts.baseline_window(ancestry, self.alerts, self.policy.window)
-        if not window:
+        screened = timing_alerts.screen(alert.result, ancestry, self.alerts, self.threshold_pct, self.policy)
+        if screened is None:
             return False
-        jobs, history = [timing_alerts.as_job(r) for r in window], [timing_alerts.as_job(r) for r in ancestry]
-        changed = timing_alerts.code_changed(alert.result, window, self.policy)
-        first = timing.decide(timing_alerts.as_job(alert.result), jobs, self.threshold_pct, changed, self.policy, history)
-        second = timing.decide(timing_alerts.as_job(result), jobs, self.threshold_pct, changed, self.policy, history)
+        first, changed, history = screened.verdict, screened.changed, screened.history
+        jobs = [timing_alerts.as_job(r) for r in screened.window]
+        remeasured = self.latest.get(alert.commit_id)
+        if result.commit_id == alert.commit_id or remeasured is alert.result:
+            remeasured = None
+        since = [timing_alerts.as_job(r) for r in (remeasured, result) if r is not None]
+        second = timing.decide(since, jobs, self.threshold_pct, changed, self.policy, history)
         if first is None or second is None or not timing.agree(first, second, self.policy):
             return False
-        remeasured = self.latest.get(alert.commit_id)
-        if result.commit_id != alert.commit_id and remeasured is not None and remeasured is not alert.result:
+        if remeasured is not None:
             again = timing.decide(timing_alerts.as_job(remeasured), jobs, self.threshold_pct, changed, self.policy, history)
-            if again is not None and timing.slow_moment_before(again, second):
+            later = timing.decide(timing_alerts.as_job(result), jobs, self.threshold_pct, changed, self.policy, history)
+            if again is not None and later is not None and timing.slow_moment_before(again, later):
                 return False
         earlier = self._step_began_before(ancestry, second)
         (earlier or alert).confirmed_by = result.commit_id
@@ -113,10 +114,11 @@ class SeriesReplay:
     def post(self, result: Posted) -> bool:
         """Record and evaluate `result` as timing_alerts.evaluate does; True when it raised a suspicion."""
         ancestry = self.ancestry(result.commit_id)
-        verdict = self.decide(result, ancestry) if ancestry else None
+        verdict = self.decide(result, ancestry) if ancestry and self.explain else None
         raised = self._evaluate(result, ancestry)
         self.latest[result.commit_id] = result
-        self.log.append((result.commit_id, _explain(verdict, raised, self.alerts, result.commit_id)))
+        if self.explain:
+            self.log.append((result.commit_id, _explain(verdict, raised, self.alerts, result.commit_id)))
         return raised
 
     def _evaluate(self, result: Posted, ancestry: list[Posted]) -> bool:
@@ -164,7 +166,7 @@ def replay(args) -> tuple[dict, dict, int]:
             series[name] = Series(name, kind, **planned, graph_changes=graph_changes[s], measured=measured[source],
                                   canary=canaries[source], rng=rng)
             truth[(f"p{p}", name)] = {**planned, "kind": kind, "source": source}
-            replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct, policy=policy)
+            replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct, policy=policy, explain=args.explain)
         for c in range(args.commits):
             again = [name for name, x in series.items() if replays[(f"p{p}", name)].post(_posted(x.result(c), c))]
             for name in sorted(again):
@@ -177,7 +179,10 @@ def _posted(result: dict, commit: int) -> Posted:
     return Posted(commit, result["execute_ms"], result["canary_ms"], result["engine_version"], result["graph_hash"])
 
 
-def report(truth: dict, replays: dict, remeasured: int, args) -> None:
+def tally(truth: dict, replays: dict) -> tuple[dict, int, dict, int, list]:
+    """As bench.detect.score counts: by step size the series and the steps confirmed within 2 and 10
+    commits; false alarms (in all and by project kind); suspicions never confirmed; and the series and
+    commits --explain prints."""
     by_step = defaultdict(lambda: {"n": 0, "within2": 0, "any": 0})
     false_alarms, by_kind, suspected, explained = 0, defaultdict(int), 0, []
     for key, t in truth.items():
@@ -197,6 +202,11 @@ def report(truth: dict, replays: dict, remeasured: int, args) -> None:
         row["within2"] += delay is not None and delay <= 2
         if t["step"] >= 0.10 and (delay is None or delay > 2):
             explained.append((key, "missed", t["step_at"] - 1, t["step_at"] + 2))
+    return by_step, false_alarms, by_kind, suspected, explained
+
+
+def report(truth: dict, replays: dict, remeasured: int, args) -> None:
+    by_step, false_alarms, by_kind, suspected, explained = tally(truth, replays)
     series_commits = len(truth) * args.commits
     big = [r for s, r in by_step.items() if s >= 0.10]
     hits, n = sum(r["within2"] for r in big), sum(r["n"] for r in big)

@@ -1,8 +1,9 @@
 """Timing alerts over a series: gather the baseline window, decide, and keep the alerts' states.
 
-A timing alert starts `suspected` at the commit whose result crossed the bar (`timing.decide`) and is
-delivered only once `confirmed`: when a re-measurement of that commit, or the next measured commit,
-also crosses it against the same window. One slow job on a shared machine is thereby never delivered,
+A timing alert starts `suspected` at the commit whose result crossed the screen (`timing.decide`) and
+is delivered only once `confirmed`: when the jobs measured after it, a re-measurement of that commit
+and then with it the next measured commit's job, cross the bar together against the same window
+(`_confirm_if_agrees`). One slow job on a shared machine is thereby never delivered,
 while a real step is, one measurement later. The window is the last K measured ancestors with the
 result's fingerprint (nearest first, as `baselines.find_baseline` walks them), without commits whose
 timing alert is still only suspected (likely slow moments) and ending at the latest confirmed one
@@ -17,6 +18,8 @@ goes back to the commit where the step began (`_step_began_before`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -95,6 +98,48 @@ def as_job(result: Result) -> timing.Job:
     return timing.Job(samples=result.execute_ms, canary_ms=result.canary_ms)
 
 
+@dataclass(frozen=True)
+class Screened:
+    """What a result was screened on: the verdict, and the window, code change and history it was
+    decided against (the confirmation decides against the same)."""
+
+    verdict: timing.TimingVerdict | None
+    window: list
+    changed: bool
+    history: list
+
+
+def screen(result, ancestry: list, alerts: dict, threshold_pct: float, policy: timing.TimingPolicy) -> Screened | None:
+    """Does `result` (a Result, or the replay's stand-in) pass the screen that makes a suspicion? Its job
+    alone against its window (`suspect_k` noises), else its job pooled with those of the up to
+    `policy.screen_jobs - 1` commits before it, against the window before them (`noise_k` / √jobs): a
+    step whose first jobs each stayed under the screen shows in their mean. Only commits without an
+    alert of their own are pooled: an alert's jobs are already being followed. None without a window."""
+    window = baseline_window(ancestry, alerts, policy.window)
+    if not window:
+        return None
+    history = [as_job(r) for r in ancestry]
+    changed = code_changed(result, window, policy)
+    alone = Screened(timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct, changed, policy, history,
+                                   screening=True), window, changed, history)
+    if alone.verdict is None or alone.verdict.regressed:
+        return alone
+    for before in range(1, policy.screen_jobs):
+        if len(ancestry) <= before or ancestry[before - 1].commit_id in alerts:
+            break
+        earlier = baseline_window(ancestry[before:], alerts, policy.window)
+        if not earlier:
+            break
+        pooled = [as_job(r) for r in reversed(ancestry[:before])] + [as_job(result)]
+        first = ancestry[before - 1]  # the step, if any, began at the pool's first commit
+        changed_then = code_changed(first, earlier, policy)
+        verdict = timing.decide(pooled, [as_job(r) for r in earlier], threshold_pct, changed_then, policy,
+                                [as_job(r) for r in ancestry[before:]])
+        if verdict is not None and verdict.regressed:
+            return Screened(verdict, earlier, changed_then, [as_job(r) for r in ancestry[before:]])
+    return alone
+
+
 def evaluate(
     session: Session,
     result: Result,
@@ -119,13 +164,10 @@ def evaluate(
         confirmed = _confirm_if_agrees(session, pending, result, alerts, threshold_pct, policy, remeasured)
         if confirmed:
             return confirmed  # the next commit agrees: the same step, not a second one
-    window = baseline_window(ancestry, alerts, policy.window)
-    if not window:
+    screened = screen(result, ancestry, alerts, threshold_pct, policy)
+    if screened is None or screened.verdict is None or not screened.verdict.regressed:
         return []
-    verdict = timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct,
-                            code_changed(result, window, policy), policy, [as_job(r) for r in ancestry])
-    if verdict is None or not verdict.regressed:
-        return []
+    verdict, window = screened.verdict, screened.window
     baseline_commit = session.get(Commit, window[0].commit_id)
     commit = session.get(Commit, result.commit_id)
     return [
@@ -155,23 +197,27 @@ def _confirm_if_agrees(
     policy: timing.TimingPolicy,
     remeasured: Result | None = None,
 ) -> list[Alert]:
-    """Confirm `alert` when `result` crosses the bar against the window the alert was raised on, by about
-    the same amount (`timing.agree`), unless `remeasured` (the alerted commit's re-measurement, when
-    `result` is the next commit's) says the alerted job was a slow moment before a step at `result`'s
-    commit (`timing.slow_moment_before`)."""
+    """Confirm `alert` when the jobs measured since it (`remeasured`, the alerted commit's re-measurement
+    when `result` is the next commit's, and `result`) cross the bar together against the window the alert
+    was raised on, by about the same amount as the alerted job (`timing.agree`), unless the
+    re-measurement says the alerted job was a slow moment before a step at `result`'s commit
+    (`timing.slow_moment_before`). The alerted job itself is left out of the pool: it was picked for
+    crossing the screen, so it would carry a noise that crossed the bar into every later test."""
     alerted = session.get(Result, alert.result_id)
     ancestry = measured_ancestry(session, alerted, policy)
-    window = baseline_window(ancestry, alerts, policy.window)
-    if not window:
+    screened = screen(alerted, ancestry, alerts, threshold_pct, policy)
+    if screened is None:
         return []
-    jobs, changed, history = [as_job(r) for r in window], code_changed(alerted, window, policy), [as_job(r) for r in ancestry]
-    first = timing.decide(as_job(alerted), jobs, threshold_pct, changed, policy, history)
-    verdict = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
+    first, window, changed, history = screened.verdict, screened.window, screened.changed, screened.history
+    jobs = [as_job(r) for r in window]
+    since = [as_job(r) for r in (remeasured, result) if r is not None]
+    verdict = timing.decide(since, jobs, threshold_pct, changed, policy, history)
     if first is None or verdict is None or not timing.agree(first, verdict, policy):
         return []
     if remeasured is not None:
         again = timing.decide(as_job(remeasured), jobs, threshold_pct, changed, policy, history)
-        if again is not None and timing.slow_moment_before(again, verdict):
+        later = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
+        if again is not None and later is not None and timing.slow_moment_before(again, later):
             return []
     commit = session.get(Commit, result.commit_id)
     what = "a re-measurement" if result.commit_id == alert.commit_id else f"the next commit {commit.sha[:12]}"

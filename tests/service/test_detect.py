@@ -92,8 +92,51 @@ def test_unchanged_graph_and_engine_raise_the_bar_and_a_short_window_too():
     same = timing.decide(job(1.08), STEADY_WINDOW, threshold_pct=5, code_changed=False)
     assert not same.regressed and same.min_effect_pct == pytest.approx(10)
     assert timing.decide(job(1.3), STEADY_WINDOW, threshold_pct=5, code_changed=False).regressed
-    short = timing.decide(job(1.08), STEADY_WINDOW[:2], threshold_pct=5)
+    short = timing.decide(job(1.08), STEADY_WINDOW[:2], threshold_pct=5, history=STEADY_WINDOW)
     assert not short.regressed and short.min_effect_pct == pytest.approx(10)
+
+
+def test_no_verdict_before_the_series_noise_is_known():
+    # Three measured ancestors: their spread says little, and a 20% jump on a series that turns out to
+    # wobble by 5% would be alerted on the threshold alone.
+    few = STEADY_WINDOW[: timing.DEFAULT_POLICY.min_noise_jobs - 1]
+    assert timing.decide(job(1.3), few, threshold_pct=5) is None
+    assert timing.decide(job(1.3), STEADY_WINDOW[: timing.DEFAULT_POLICY.min_noise_jobs], threshold_pct=5).regressed
+
+
+# Jobs that wobble by ~4% from one to the next: the bar is the noise's, not the threshold's.
+NOISY = [job(level) for level in [1.0, 1.025, 0.98, 1.02, 0.975, 1.015, 0.985, 1.03, 0.97, 1.01] * 3]
+
+
+def test_jobs_pooled_face_the_noise_of_their_mean_and_the_screen_is_lower_than_the_bar():
+    one = timing.decide(job(1.10), NOISY, threshold_pct=5, history=NOISY)
+    noise = one.noise_pct
+    assert noise > 3 and one.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.noise_k * noise)
+    assert not one.regressed  # +9.5% is inside 2.5 noises
+    two = timing.decide([job(1.10, 1), job(1.10, 2)], NOISY, threshold_pct=5, history=NOISY)
+    assert two.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.noise_k * noise / 2**0.5)
+    assert two.regressed and "mean fastest run of 2 jobs" in two.why
+    assert two.change_pct == pytest.approx(one.change_pct)
+    # The screen that buys a re-measurement: suspect_k noises for a single job.
+    screen = timing.decide(job(1.10), NOISY, threshold_pct=5, history=NOISY, screening=True)
+    assert screen.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.suspect_k * noise)
+    assert screen.min_effect_pct < one.min_effect_pct
+    assert screen.regressed
+    # A pool's canary discount is its jobs' mean: one job 20% slow in two, half of 10% on the bar.
+    slow = timing.decide([job(1.10, 1, canary=2.4), job(1.10, 2)], NOISY, threshold_pct=5, history=NOISY)
+    assert slow.min_effect_pct == pytest.approx(two.min_effect_pct + timing.DEFAULT_POLICY.canary_weight * 10)
+
+
+def test_a_pooled_mean_bars_the_slow_tail_of_as_many_jobs_in_a_row():
+    lone = heavy_tailed()  # one slow job in 13: a pair holds at most one, so its tail is about half
+    single = timing.decide(job(1.0), lone[:20], threshold_pct=1, history=lone)
+    pair = timing.decide([job(1.0), job(1.0, 1)], lone[:20], threshold_pct=1, history=lone)
+    assert pair.min_effect_pct == pytest.approx(single.min_effect_pct / 2, rel=0.2)
+    # Slow jobs in runs of three: a pair of them is as slow as one, and the bar stays up.
+    runs = [job(1.05 if i % 26 in (5, 6, 7) else 1.0, i) for i in range(40)]
+    single = timing.decide(job(1.0), runs[:20], threshold_pct=1, history=runs)
+    pair = timing.decide([job(1.0), job(1.0, 1)], runs[:20], threshold_pct=1, history=runs)
+    assert pair.min_effect_pct == pytest.approx(single.min_effect_pct, rel=0.1)
 
 
 def test_a_job_whose_canary_ran_slow_must_beat_the_bar_by_part_of_the_canarys_excess_and_slow_window_jobs_are_left_out():
@@ -142,6 +185,25 @@ def test_a_slow_moment_before_a_step_is_told_from_the_step_by_the_re_measurement
     # Under the bar, but past half the next commit's change: the same step, measured once low.
     assert not timing.slow_moment_before(timing.decide(job(1.14, 1), STEADY_WINDOW, threshold_pct=16), later)
     assert not timing.slow_moment_before(again(1.12), later)  # it crossed the bar itself: nothing to tell apart
+
+
+def test_the_screen_pools_a_job_with_the_previous_commits_when_neither_passes_alone():
+    def result(commit, level):
+        return SimpleNamespace(commit_id=commit, execute_ms=job(level).samples, canary_ms=2.0, graph_hash=None,
+                               engine_version=None)
+
+    older = [result(19 - i, noisy.samples[0] / SHAPE[0]) for i, noisy in enumerate(NOISY[:20])]  # nearest first
+    screen_only_one = dataclasses.replace(timing.DEFAULT_POLICY, screen_jobs=1)
+    alone = timing_alerts.screen(result(21, 1.085), [result(20, 1.085), *older], {}, 5, screen_only_one)
+    assert not alone.verdict.regressed  # +8.0%: under the screen of one job (2 noises, 8.3%)
+    pooled = timing_alerts.screen(result(21, 1.085), [result(20, 1.085), *older], {}, 5, timing.DEFAULT_POLICY)
+    assert pooled.verdict.regressed and "mean fastest run of 2 jobs" in pooled.verdict.why  # 2.5 noises / √2: 7.4%
+    assert pooled.window[0].commit_id == 19  # the window the pool is measured against ends before it
+    assert pooled.verdict.min_effect_pct < alone.verdict.min_effect_pct
+    # A previous commit with an alert of its own is followed by that alert, not pooled again.
+    held = timing_alerts.screen(result(21, 1.085), [result(20, 1.085), *older], {20: SimpleNamespace(confirmed_at=None)}, 5,
+                                 timing.DEFAULT_POLICY)
+    assert not held.verdict.regressed
 
 
 def test_the_code_counts_as_changed_while_the_nearest_window_jobs_ran_other_code():
@@ -277,6 +339,21 @@ def test_a_step_whose_re_measurement_came_out_low_is_still_confirmed_at_its_comm
     assert _post(client, "c10", ["c9"], 1.14, 2)["alerts"] == []  # +12.9%: under the 15% bar, past half the step
     [same] = _post(client, "c11", ["c10"], 1.22, 0)["alerts"]
     assert (same["id"], same["commit"], same["state"]) == (alert["id"], "c10", "confirmed")
+
+
+def test_a_step_under_the_bar_twice_is_confirmed_by_the_two_jobs_together(client):
+    """On a series whose jobs wobble by ~4% the bar is ~10%: a 9% step's re-measurement and the next
+    commit's job each stay under it, and neither would confirm alone; their mean faces the noise of a
+    mean of two (~7%) and does."""
+    client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
+    for i, noisy in enumerate(NOISY[:20]):
+        _post(client, f"c{i}", [f"c{i - 1}"] if i else [], noisy.samples[0] / SHAPE[0])
+    [alert] = _post(client, "c20", ["c19"], 1.12)["alerts"]  # past the screen (2 noises), under the bar
+    assert alert["state"] == "suspected"
+    assert _post(client, "c20", ["c19"], 1.09)["alerts"] == []  # the re-measurement alone: under the bar
+    [confirmed] = _post(client, "c21", ["c20"], 1.09)["alerts"]
+    assert (confirmed["id"], confirmed["commit"], confirmed["state"]) == (alert["id"], "c20", "confirmed")
+    assert "Confirmed by the next commit c21" in confirmed["message"]
 
 
 def test_a_slow_canary_raises_the_bar_by_part_of_its_excess(client, history):
