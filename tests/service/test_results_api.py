@@ -47,9 +47,12 @@ def test_engine_commits_raise_a_fusion_regression_only_where_the_count_dropped(c
 
 
 def test_timing_regression_is_suspected_until_the_next_commit_agrees(client, project):
-    _post(client, "t1")
-    assert _post(client, "t2", ["t1"], samples=[s * 1.05 for s in STEADY])["alerts"] == []  # under the bar
-    [alert] = _post(client, "t3", ["t2"], samples=[s * 1.5 for s in STEADY])["alerts"]
+    # No timing verdict before 4 measured ancestors (timing.decide): the window's noise needs them.
+    for number, parents in ((0, []), (1, ["t0"]), (2, ["t1"])):
+        assert _post(client, f"t{number}", parents, samples=[s * (1 + 0.001 * number) for s in STEADY])["alerts"] == []
+    assert _post(client, "t1b", ["t2"])["alerts"] == []
+    assert _post(client, "t2b", ["t1b"], samples=[s * 1.05 for s in STEADY])["alerts"] == []  # under the bar
+    [alert] = _post(client, "t3", ["t2b"], samples=[s * 1.5 for s in STEADY])["alerts"]
     assert alert["kind"] == "timing-regression" and alert["state"] == "suspected" and alert["change_pct"] > 40
     [same] = _post(client, "t4", ["t3"], samples=[s * 1.5 for s in STEADY])["alerts"]
     assert same["id"] == alert["id"] and same["state"] == "confirmed" and same["confirmed_by"] == "t4"
