@@ -253,8 +253,8 @@ def profile_rows(path: Path, threads: int, runs: int, top: int, libraries=None, 
 # products at every level, so fusion cannot make them cheaper. Attention counts whole (its
 # projection and per-head products are most of it), which makes the bound below generous.
 PRODUCT_OPS = frozenset({
-    "MatMul", "Gemm", "FusedGemm", "FusedMatMul", "Attention", "MultiHeadAttention", "Conv", "FusedConv",
-    "NhwcFusedConv", "NhwcConv",
+    "MatMul", "Gemm", "FusedGemm", "FusedMatMul", "Attention", "MultiHeadAttention", "GroupQueryAttention",
+    "Conv", "FusedConv", "NhwcFusedConv",
 })
 
 

@@ -83,6 +83,9 @@ def _compiled(function=None, **extra):
 
 
 _F = np.float32
+# An absent bias (or residual row) for the loops that take one: (0,)-shaped, so each loop has one
+# compiled signature with or without it.
+NO_BIAS = np.zeros(0, np.float32)
 _SQRT_HALF = _F(1.0 / math.sqrt(2.0))
 _SQRT_2_OVER_PI = _F(math.sqrt(2.0 / math.pi))
 _FAST_GELU_CUBIC = _F(math.sqrt(2.0 / math.pi) * 0.044715)
@@ -318,7 +321,7 @@ def erf_values(x, out):
 
 def gelu_rows(x, out):
     """out = Gelu(x), exact (erf) form; x and out are (rows, width)."""
-    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, _NO_BIAS, False, out)
+    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, NO_BIAS, False, out)
 
 
 def bias_gelu_rows(x, bias, out):
@@ -328,15 +331,12 @@ def bias_gelu_rows(x, bias, out):
 
 def fast_gelu_rows(x, out):
     """out = FastGelu(x), the tanh form."""
-    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, _NO_BIAS, True, out)
+    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, NO_BIAS, True, out)
 
 
 def bias_fast_gelu_rows(x, bias, out):
     """out = FastGelu(x + bias)."""
     _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, bias, True, out)
-
-
-_NO_BIAS = np.zeros(0, np.float32)  # (0,)-shaped: one compiled signature with or without a bias
 
 
 @_compiled

@@ -153,9 +153,6 @@ def _rows_of(x, batch_index, head_step):
     return x.ctypes.data + batch_index * x.strides[0], x.strides[-2] // 4, head_step
 
 
-_NO_BIAS = np.zeros(0, np.float32)
-
-
 def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
     """softmax(scale q k^T + mask) (v + v_bias) as (B, S, N*Hv), for (B, S, N*H) q and (B, T,
     N*H) k, v read in place (`_head_library`); `mask` is `_compiled_mask`'s.
@@ -181,7 +178,7 @@ def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
         context_rows = _rows_of(context, b, seq * head_v)
         gemm.batch_strided(heads, seq, head_v, total, 1.0, score_rows, v_rows, context_rows)
     out = np.empty((batch, seq, width_v), np.float32)
-    compiled.merge_heads(context, _NO_BIAS if v_bias is None else v_bias, out)
+    compiled.merge_heads(context, compiled.NO_BIAS if v_bias is None else v_bias, out)
     return out
 
 

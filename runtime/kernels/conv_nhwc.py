@@ -70,8 +70,7 @@ def _channels_last_windows(xp, padded, kernel, out, strides, dilations):
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=steps, **read_only)
 
 
-# What `compiled.conv_epilogue_rows` takes for an absent bias or residual: empty, one signature.
-_NO_BIAS = np.empty(0, dtype=np.float32)
+# What `compiled.conv_epilogue_rows` takes for an absent residual (an absent bias is compiled.NO_BIAS).
 _NO_RESIDUAL = np.empty((0, 0), dtype=np.float32)
 
 
@@ -283,7 +282,7 @@ class NhwcFusedConv(_Convolution):
             return False
         compiled.conv_epilogue_rows(
             y,
-            _NO_BIAS if b is None else b,
+            compiled.NO_BIAS if b is None else b,
             _NO_RESIDUAL if residual is None else residual,
             relu,
         )

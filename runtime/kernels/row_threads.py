@@ -57,9 +57,9 @@ def chunks(rows: int, elements: int) -> int:
     """How many parts a loop over `rows` rows (`elements` in all) runs in: 1 means one thread.
 
     Only while the session's workers spin between calls (its measured wait): a sleeping worker's
-    virtual CPU halts, and waking it costs more than the part it would run (BiasGelu at
-    1x128x3072 took 0.22 ms in two parts against 0.18 on one thread, SkipLayerNorm at 1x128x768
-    0.10 against 0.04: `python -m bench.fused_kernels --threads 2`, workers sleeping)."""
+    virtual CPU halts, and waking it cost more than its part saved (BiasGelu and SkipLayerNorm on
+    BERT-base shapes ran slower split than on one thread, workers sleeping, in
+    `python -m bench.fused_kernels --threads 2` before this rule)."""
     if rows < 2 or elements < MIN_ELEMENTS or libraries.chosen("wait") != "spin" or not enabled():
         return 1
     threads = _threads or numba.config.NUMBA_NUM_THREADS

@@ -119,11 +119,25 @@ def screen(result, ancestry: list, alerts: dict, threshold_pct: float, policy: t
     if not window:
         return None
     history = [as_job(r) for r in ancestry]
+    job = as_job(result)
     changed = code_changed(result, window, policy)
-    alone = Screened(timing.decide(as_job(result), [as_job(r) for r in window], threshold_pct, changed, policy, history,
+    alone = Screened(timing.decide(job, [as_job(r) for r in window], threshold_pct, changed, policy, history,
                                    screening=True), window, changed, history)
     if alone.verdict is None or alone.verdict.regressed:
         return alone
+    for before in range(1, policy.screen_jobs):
+        if len(ancestry) <= before or ancestry[before - 1].commit_id in alerts:
+            break
+        earlier = baseline_window(ancestry[before:], alerts, policy.window)
+        if not earlier:
+            break
+        pooled = [*reversed(history[:before]), job]
+        changed_then = code_changed(ancestry[before - 1], earlier, policy)  # the step, if any, began there
+        verdict = timing.decide(pooled, [as_job(r) for r in earlier], threshold_pct, changed_then, policy,
+                                history[before:])
+        if verdict is not None and verdict.regressed:
+            return Screened(verdict, earlier, changed_then, history[before:])
+    return alone
     for before in range(1, policy.screen_jobs):
         if len(ancestry) <= before or ancestry[before - 1].commit_id in alerts:
             break
