@@ -138,20 +138,6 @@ def screen(result, ancestry: list, alerts: dict, threshold_pct: float, policy: t
         if verdict is not None and verdict.regressed:
             return Screened(verdict, earlier, changed_then, history[before:])
     return alone
-    for before in range(1, policy.screen_jobs):
-        if len(ancestry) <= before or ancestry[before - 1].commit_id in alerts:
-            break
-        earlier = baseline_window(ancestry[before:], alerts, policy.window)
-        if not earlier:
-            break
-        pooled = [as_job(r) for r in reversed(ancestry[:before])] + [as_job(result)]
-        first = ancestry[before - 1]  # the step, if any, began at the pool's first commit
-        changed_then = code_changed(first, earlier, policy)
-        verdict = timing.decide(pooled, [as_job(r) for r in earlier], threshold_pct, changed_then, policy,
-                                [as_job(r) for r in ancestry[before:]])
-        if verdict is not None and verdict.regressed:
-            return Screened(verdict, earlier, changed_then, [as_job(r) for r in ancestry[before:]])
-    return alone
 
 
 def evaluate(
