@@ -17,6 +17,9 @@ class Commit(Base):
     __table_args__ = (
         UniqueConstraint("project_id", "sha"),
         Index(None, "project_id", "branch", "seq"),
+        # A result whose parents are not known is compared with the branch's earlier commits by
+        # time (usecases/baselines.py), read a page at a time from this index.
+        Index(None, "project_id", "branch", "timestamp", "seq"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

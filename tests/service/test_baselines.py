@@ -82,3 +82,47 @@ def test_without_measured_ancestors_the_branch_order_stands_in_one_result_per_co
         assert _shas(session, nearest) == ["a4", "a3", "a2"]
         assert [r.id for r in nearest[:2]] == [_latest_result(session, "a4").id, _latest_result(session, "a3").id]
     assert _shas(session, measured_ancestors(session, last, limit=10)) == ["a4", "a3", "a2", "a1", "a0"]
+
+
+def _post_at(client, sha: str, hour: int, model: str = "bert.onnx") -> None:
+    document = {
+        "project": "engine",
+        "commit": {"sha": sha, "parents": [], "branch": "main", "timestamp": f"2026-11-20T{hour:02d}:00:00Z"},
+        "results": [{"model": model, "engine": "onnxruntime", "engine_version": "1.20", "level": "extended",
+                     "fusions": {}, "execute_ms": [1.0, 1.01, 0.99, 1.0, 1.02]}],
+    }
+    client.post("/api/v1/results", json=document).raise_for_status()
+
+
+def test_the_branch_order_goes_by_time_and_pages_past_commits_the_series_skipped(client, session, statements):
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    # Parentless commits, timed; t2 arrives before t1 and t1b (t1's time, arrived after it).
+    _post_at(client, "t0", 0)
+    _post_at(client, "t2", 2)
+    _post_at(client, "t1", 1)
+    _post_at(client, "t1b", 1)
+    for i in range(40):  # another model's commits, later than all of those: pages with none of the series
+        _post_at(client, f"g{i}", 3 + i % 20, model="gpt.onnx")
+    _post_at(client, "last", 23)
+    last = _latest_result(session, "last")
+    statements.clear()
+    nearest = measured_ancestors(session, last, limit=10)
+    walked = list(statements)
+    assert _shas(session, nearest) == ["t2", "t1b", "t1", "t0"]
+    assert _shas(session, measured_ancestors(session, last, limit=3)) == ["t2", "t1b", "t1"]
+    # The commit, the walk's read-ahead, then pages of two statements (its commits, their results),
+    # doubling: 13, 26 and 52 commits cover the 44 earlier ones.
+    assert len(walked) == 2 + 2 * 3, walked
+
+
+def test_a_fully_measured_branch_fills_the_window_in_one_page(client, session, statements):
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    for i in range(110):
+        _post(client, f"a{i}", [])
+    last = _latest_result(session, "a109")
+    statements.clear()
+    nearest = measured_ancestors(session, last, limit=100, timings_only=True)
+    walked = list(statements)
+    assert _shas(session, nearest[:2]) == ["a108", "a107"] and len(nearest) == 100
+    # The commit, the walk's read-ahead, then one page of the branch and its results.
+    assert len(walked) <= 4, walked
