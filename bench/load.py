@@ -24,7 +24,7 @@ other work shares the machine's cores.
 
     python -m bench.load [--webhooks 10000] [--uploads 200] [--results 10000] [--reads 50] [--new-results 20]
                          [--concurrency 16] [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
-                         [--workers 1] [--profile server.svg]
+                         [--workers 1] [--profile server.svg] [--keep]
 """
 
 from __future__ import annotations
@@ -319,6 +319,9 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get("FUSIONWATCH_BENCH_DATABASE_URL"),
                         help="a PostgreSQL server (postgresql+psycopg://...; the run gets a schema of its own, "
                         "dropped afterwards); default a fresh SQLite file")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the run's folder (its SQLite database, the server's log) and PostgreSQL schema, "
+                        "and print where they are")
     args = parser.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="fusionwatch-load-"))
@@ -347,9 +350,12 @@ def main() -> None:
         import redis
 
         redis.Redis.from_url(redis_url).delete(queue)
-        if schema is not None:
+        if schema is not None and not args.keep:
             _drop_schema(args.database_url, schema)
-        shutil.rmtree(folder, ignore_errors=True)
+        if args.keep:
+            print(f"kept {folder}" + (f" and schema {schema}" if schema else ""))
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     machine = describe_machine()
     load_after = os.getloadavg()
     report |= {"cpu": machine["cpu"], "cores": machine["cores"], "database": database.split(":")[0].split("+")[0],

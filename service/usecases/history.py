@@ -55,7 +55,7 @@ def _mark_change_points(
     """The series' change points (E-divisive means over each commit's p10), each with the timing alert
     raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs.
     Returns the windows asked, with those computed."""
-    points, timed, position = series.points, series.timed, series.positions
+    shas, timed, position = series.shas, series.timed, series.positions
     model_id = session.scalar(select(Model.id).where(Model.project_id == project.id, Model.name == entry["model"]))
     alerts = session.execute(
         select(Alert, Commit.sha).join(Commit, Commit.id == Alert.commit_id).where(
@@ -74,19 +74,19 @@ def _mark_change_points(
         backed.update(near)
         change = (cp.after - cp.before) / cp.before * 100
         entry["change_points"].append({
-            "commit": points[at]["commit"], "index": at, "before_p10_ms": cp.before, "after_p10_ms": cp.after,
+            "commit": shas[at], "index": at, "before_p10_ms": cp.before, "after_p10_ms": cp.after,
             "change_pct": change, "p_value": cp.p_value,
             "alert": {"id": alert.id, "state": alert.state} if alert else None,
         })
         if alert is None and change > 0:
             entry["disagreements"].append({
-                "commit": points[at]["commit"], "what": "change point without a timing alert",
+                "commit": shas[at], "what": "change point without a timing alert",
                 "change_pct": change,
             })
     for i, alert in sorted(alerted.items()):
         if i not in backed and alert.state != "suspected":
             entry["disagreements"].append({
-                "commit": points[i]["commit"], "what": "timing alert without a change point",
+                "commit": shas[i], "what": "timing alert without a change point",
                 "alert": {"id": alert.id, "state": alert.state},
             })
     return windows

@@ -109,7 +109,7 @@ def test_an_unchanged_history_answers_304_to_its_etag(engine_project):
     assert changed.json()["series"][0]["points"][-1]["commit"] == "c8"
 
 
-def test_points_read_from_kept_history_come_rendered_as_the_reply_carries_them(engine_project, session):
+def test_points_read_from_kept_history_come_rendered_as_the_reply_carries_them(engine_project, session, full_reads):
     client = engine_project
     _result(client, "c8", ["c7"], 1.5, level="basic")  # two series, stored one after the other
     first = _read(client, "limit=5")
@@ -117,6 +117,15 @@ def test_points_read_from_kept_history_come_rendered_as_the_reply_carries_them(e
     [key] = session.scalars(select(KeptHistory.key))
     kept = history_points._stored(session, key)
     for series, read in zip(kept.series, first["series"], strict=True):
-        assert "rendered" in series.points.__dict__  # not rendered again
-        assert orjson.loads(series.points.rendered) == list(series.points) == read["points"]
+        assert "items" not in series.points.__dict__  # not parsed: a reply splices the renderings in
+        assert orjson.loads(series.points.rendered) == read["points"]
+        assert series.shas == [p["commit"] for p in read["points"]] and series.p10s == [p["p10_ms"] for p in read["points"]]
     assert _read(client, "limit=5") == first
+    # A new result merges into the points read back, the series it joined parsed and the other not.
+    _result(client, "c9", ["c8"], 1.5, level="basic")
+    history_points._kept.clear()
+    full_reads.clear()
+    after = _read(client, "limit=5")
+    assert full_reads == []
+    assert [p["commit"] for p in after["series"][1]["points"]] == ["c8", "c9"]
+    assert after["series"][0] == first["series"][0]
