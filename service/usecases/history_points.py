@@ -210,13 +210,20 @@ class StoredRead:
 
 def _stored(session: Session, key: str) -> _Kept | None:
     """The points kept_history holds for `key`, as a kept read; None where it holds none."""
-    row = session.execute(
-        select(KeptHistory.results_count, KeptHistory.results_max_id, KeptHistory.last_commit_id,
-               KeptHistory.commits_filled, KeptHistory.points).where(KeptHistory.key == key)
-    ).one_or_none()
+    query = select(KeptHistory.results_count, KeptHistory.results_max_id, KeptHistory.last_commit_id,
+                   KeptHistory.commits_filled, KeptHistory.points).where(KeptHistory.key == key)
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        # psycopg reads bytea as hex text unless asked for binary: 3 MB took 22 ms to decode, 4 ms in binary.
+        compiled = query.compile(dialect=connection.dialect)
+        with connection.connection.driver_connection.cursor(binary=True) as cursor:
+            row = cursor.execute(str(compiled), compiled.params).fetchone()
+    else:
+        row = connection.execute(query).one_or_none()
     if row is None:
         return None
     count, max_id, last_commit_id, filled, payload = row
+    payload = bytes(payload)  # psycopg's binary bytea may come as a memoryview
     return _Kept((count, max_id), last_commit_id, filled, tuple(_unpacked(payload)))
 
 
