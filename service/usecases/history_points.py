@@ -60,8 +60,8 @@ class Points:
     reply carries, is rendered from whichever is there. Points are merged, cut to a read's limit and
     stored in kept_history as fragments, so points read back from there are never parsed: orjson took
     30 ms to parse 10,000 points that a reply only splices back. Points read whole are rendered as
-    one list (rendering each point apart took 50 ms more in a fresh process), and their fragments
-    are made when first needed, mostly after the reply (store_reads)."""
+    one list (rendering each point apart costs several times more), and their fragments are made
+    when first needed, mostly after the reply (store_reads)."""
 
     def __init__(self, *, items: list[dict[str, Any]] | None = None, fragments: list[bytes] | None = None) -> None:
         self.__dict__.update({name: value for name, value in (("items", items), ("fragments", fragments))
