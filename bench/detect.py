@@ -135,13 +135,15 @@ def run(args) -> dict:
                 reply.raise_for_status()
                 # A suspected timing alert gets its re-measurement, as the service queues one for its own
                 # jobs (service/alerts/remeasure.py) and a client re-posts: a new job of that series, this commit.
-                again = sorted({a["model"] for a in reply.json()["alerts"]
-                                if a["kind"] == "timing-regression" and a["state"] == "suspected"})
-                if again:
+                # A re-measurement that leaves its alert suspected and asks for one more gets it the same way.
+                again = _suspected(reply)
+                while again:
                     remeasured += len(again)
-                    client.post("/api/v1/results", json={
+                    reply = client.post("/api/v1/results", json={
                         **document, "results": [series[name].result(c) for name in again],
-                    }).raise_for_status()
+                    })
+                    reply.raise_for_status()
+                    again = _suspected(reply)
             print(f"project {project} ({kind}): {args.series} series × {args.commits} commits, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
     engine = make_engine(url)
@@ -154,6 +156,12 @@ def run(args) -> dict:
     finally:
         engine.dispose()
         shutil.rmtree(tmp, ignore_errors=True)  # in /dev/shm: memory, not disk
+
+
+def _suspected(reply) -> list[str]:
+    """The models whose timing alert the reply left suspected: each is re-measured."""
+    return sorted({a["model"] for a in reply.json()["alerts"]
+                   if a["kind"] == "timing-regression" and a["state"] == "suspected"})
 
 
 def score(session, truth: dict, args, meta: dict) -> dict:

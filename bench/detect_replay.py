@@ -52,6 +52,10 @@ class Suspicion:
     def confirmed_at(self) -> int | None:  # baseline_window's test for "confirmed"
         return self.confirmed_by
 
+    @property
+    def state(self) -> str:  # timing_alerts.pending's
+        return "suspected" if self.confirmed_by is None else "confirmed"
+
 
 @dataclass
 class SeriesReplay:
@@ -59,6 +63,7 @@ class SeriesReplay:
     policy: timing.TimingPolicy = timing.DEFAULT_POLICY
     explain: bool = True  # keep the log --explain prints (it decides every result twice)
     latest: dict[int, Posted] = field(default_factory=dict)
+    posted: dict[int, list[Posted]] = field(default_factory=lambda: defaultdict(list))  # every result by commit
     alerts: dict[int, Suspicion] = field(default_factory=dict)
     log: list[tuple[int, str]] = field(default_factory=list)
 
@@ -71,25 +76,17 @@ class SeriesReplay:
         return None if screened is None else screened.verdict
 
     def confirm(self, alert: Suspicion, result: Posted) -> bool:
+        """timing_alerts._confirm_if_agrees: `result` a re-measurement of the alerted commit or the next
+        commit's result."""
         ancestry = self.ancestry(alert.commit_id)
-        screened = timing_alerts.screen(alert.result, ancestry, self.alerts, self.threshold_pct, self.policy)
-        if screened is None:
+        remeasured = [r for r in self.posted[alert.commit_id] if r is not alert.result]
+        here = result.commit_id == alert.commit_id
+        remeasured, later = ([*remeasured, result], []) if here else (remeasured, [result])
+        verdict = timing_alerts.confirmation(alert.result, ancestry, self.alerts, remeasured, later,
+                                             self.threshold_pct, self.policy)
+        if verdict is None:
             return False
-        first, changed, history = screened.verdict, screened.changed, screened.history
-        jobs = [timing_alerts.as_job(r) for r in screened.window]
-        remeasured = self.latest.get(alert.commit_id)
-        if result.commit_id == alert.commit_id or remeasured is alert.result:
-            remeasured = None
-        since = [timing_alerts.as_job(r) for r in (remeasured, result) if r is not None]
-        second = timing.decide(since, jobs, self.threshold_pct, changed, self.policy, history)
-        if first is None or second is None or not timing.agree(first, second, self.policy):
-            return False
-        if remeasured is not None:
-            again = timing.decide(timing_alerts.as_job(remeasured), jobs, self.threshold_pct, changed, self.policy, history)
-            later = timing.decide(timing_alerts.as_job(result), jobs, self.threshold_pct, changed, self.policy, history)
-            if again is not None and later is not None and timing.slow_moment_before(again, later):
-                return False
-        earlier = self._step_began_before(ancestry, second)
+        earlier = self._step_began_before(ancestry, verdict)
         (earlier or alert).confirmed_by = result.commit_id
         return True
 
@@ -117,6 +114,7 @@ class SeriesReplay:
         verdict = self.decide(result, ancestry) if ancestry and self.explain else None
         raised = self._evaluate(result, ancestry)
         self.latest[result.commit_id] = result
+        self.posted[result.commit_id].append(result)
         if self.explain:
             self.log.append((result.commit_id, _explain(verdict, raised, self.alerts, result.commit_id)))
         return raised
@@ -126,11 +124,13 @@ class SeriesReplay:
             return False  # no baseline: detect() is not called
         here = self.alerts.get(result.commit_id)
         if here is not None:
-            if here.confirmed_by is None:
-                self.confirm(here, result)
+            if here.confirmed_by is None and not self.confirm(here, result):
+                remeasured = [*[r for r in self.posted[here.commit_id] if r is not here.result], result]
+                return timing_alerts.measure_again(here.result, self.ancestry(here.commit_id), self.alerts, remeasured,
+                                                   self.threshold_pct, self.policy) is not None
             return False
-        pending = self.alerts.get(ancestry[0].commit_id)
-        if pending is not None and pending.confirmed_by is None and self.confirm(pending, result):
+        pending = timing_alerts.pending(ancestry, self.alerts)
+        if pending is not None and self.confirm(pending, result):
             return False
         verdict = self.decide(result, ancestry)
         if verdict is None or not verdict.regressed:
@@ -169,9 +169,9 @@ def replay(args) -> tuple[dict, dict, int]:
             replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct, policy=policy, explain=args.explain)
         for c in range(args.commits):
             again = [name for name, x in series.items() if replays[(f"p{p}", name)].post(_posted(x.result(c), c))]
-            for name in sorted(again):
-                remeasured += 1
-                replays[(f"p{p}", name)].post(_posted(series[name].result(c), c))
+            while again:  # as bench.detect re-measures: every series asking for one, in one round
+                remeasured += len(again)
+                again = [name for name in sorted(again) if replays[(f"p{p}", name)].post(_posted(series[name].result(c), c))]
     return truth, replays, remeasured
 
 

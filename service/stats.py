@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -76,6 +77,24 @@ def successive_spread(values: list[float] | np.ndarray) -> float:
     if len(values) < 2:
         return 0.0
     return float(1.4826 * np.median(np.abs(np.diff(values))) / math.sqrt(2))
+
+
+def successive_mean_spread(values: list[float] | np.ndarray, trim: float = 0.1) -> float:
+    """The spread of a sequence from the mean of its successive differences' absolute values, the largest
+    `trim` of them left out (a level shift makes one large difference, a lone outlier two), scaled to
+    the standard deviation of independent normal values. A mean of the differences varies much less
+    from one stretch of a sequence to the next than their median (`successive_spread`) does, whose
+    estimate from 20–100 values swings by a factor of two: a series whose jobs wobble by 4.5% can read
+    1.9% or 8.7%, and its bar with it."""
+    ordered = np.sort(np.abs(np.diff(np.asarray(values, dtype=np.float64))))
+    if len(ordered) == 0:
+        return 0.0
+    kept = len(ordered) - int(len(ordered) * trim)
+    share = kept / len(ordered)
+    # E|d| over the kept share of d ~ N(0, 2σ²): √2 σ × E[|Z|; |Z| < z] / share, z the share's quantile of |Z|.
+    cut = NormalDist().inv_cdf((1 + share) / 2) if share < 1 else math.inf
+    per_sigma = math.sqrt(2) * math.sqrt(2 / math.pi) * (1 - math.exp(-cut * cut / 2)) / share
+    return float(ordered[:kept].mean() / per_sigma)
 
 
 def excess_over_neighbours(values: list[float] | np.ndarray, neighbours: int = 5) -> np.ndarray:

@@ -8,7 +8,10 @@ rare (`make bench-detect` counts them). The job goes in a run of its own (trigge
 run holds one job per model × engine × level. The commit's runs stay `running` until it is done, so
 a CI step waiting on its run gets the settled verdict. Its result is recorded like any other; the alerting
 code sees a second result of an alerted commit and confirms or leaves the alert (never raising a
-second one), so a re-measurement never asks for another.
+second one). A re-measurement that leaves the alert suspected but came out nearer the alerted job's
+level than the window's asks for one more, up to `TimingPolicy.remeasures` in all
+(`timing_alerts.measure_again`): its reply lists the alert, still suspected, and it is queued here the
+same way.
 
 Results posted from elsewhere (client mode) have no job to repeat: the client re-measures what its
 reply marks `suspected` and posts that commit again.
@@ -26,8 +29,8 @@ from service.usecases.runs import REMEASURE_TRIGGER
 
 
 def remeasure_job(session: Session, result: Result, alerts: Sequence[Alert]) -> Job | None:
-    """The re-measurement job for `result` when one of `alerts` is a newly suspected timing regression
-    of it and the result came from a job; None otherwise. Dispatch it after the transaction commits."""
+    """The re-measurement job for `result` when one of `alerts` is a suspected timing regression (newly
+    raised, or asking for one more re-measurement) and the result came from a job; None otherwise. Dispatch it after the transaction commits."""
     if result.job_id is None or not any(a.kind == KIND and a.state == "suspected" for a in alerts):
         return None
     measured = session.get(Job, result.job_id)

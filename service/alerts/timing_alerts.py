@@ -158,10 +158,10 @@ def evaluate(
     if here is not None:  # a re-measurement of an alerted commit: confirm it, never raise a second
         if here.state != "suspected":
             return []
-        return _confirm_if_agrees(session, here, result, alerts, threshold_pct, policy)
-    if ancestry and (pending := alerts.get(ancestry[0].commit_id)) is not None and pending.state == "suspected":
-        remeasured = ancestry[0] if ancestry[0].id != pending.result_id else None
-        confirmed = _confirm_if_agrees(session, pending, result, alerts, threshold_pct, policy, remeasured)
+        return (_confirm_if_agrees(session, here, result, alerts, threshold_pct, policy)
+                or _measure_again(session, here, result, alerts, threshold_pct, policy))
+    if (alert := pending(ancestry, alerts)) is not None:
+        confirmed = _confirm_if_agrees(session, alert, result, alerts, threshold_pct, policy)
         if confirmed:
             return confirmed  # the next commit agrees: the same step, not a second one
     screened = screen(result, ancestry, alerts, threshold_pct, policy)
@@ -188,6 +188,77 @@ def evaluate(
     ]
 
 
+def pending(ancestry: list, alerts: dict):
+    """The suspected alert at the previous measured commit, which a result at this one may confirm; None
+    when there is none."""
+    alert = alerts.get(ancestry[0].commit_id) if ancestry else None
+    return alert if alert is not None and alert.state == "suspected" else None
+
+
+def confirmation(alerted, ancestry: list, alerts: dict, remeasured: list, later: list, threshold_pct: float,
+                 policy: timing.TimingPolicy) -> timing.TimingVerdict | None:
+    """The verdict that confirms the alert raised on `alerted` (a Result, or the replay's stand-in), or
+    None: the jobs measured since it, `remeasured` (the alerted commit's re-measurements) and `later`
+    (the results of the commits after it), cross the bar together against the window the alert was
+    raised on, by about the same amount as the alerted job (`timing.agree`), unless the re-measurements
+    say the alerted job was a slow moment before a step at a later commit (`timing.slow_moment_before`).
+    The alerted job itself is left out of the pool: it was picked for crossing the screen, so it would
+    carry a noise that crossed the bar into every later test. `ancestry` is the alerted result's."""
+    screened = screen(alerted, ancestry, alerts, threshold_pct, policy)
+    if screened is None or screened.verdict is None:
+        return None
+    first, changed, history = screened.verdict, screened.changed, screened.history
+    jobs = [as_job(r) for r in screened.window]
+    verdict = timing.decide([as_job(r) for r in (*remeasured, *later)], jobs, threshold_pct, changed, policy, history)
+    if verdict is None or not timing.agree(first, verdict, policy):
+        return None
+    if remeasured and later:
+        again = timing.decide([as_job(r) for r in remeasured], jobs, threshold_pct, changed, policy, history)
+        after = timing.decide([as_job(r) for r in later], jobs, threshold_pct, changed, policy, history)
+        if again is not None and after is not None and timing.slow_moment_before(again, after):
+            return None
+    return verdict
+
+
+def measure_again(alerted, ancestry: list, alerts: dict, remeasured: list, threshold_pct: float,
+                  policy: timing.TimingPolicy) -> timing.TimingVerdict | None:
+    """The verdict of an unconfirmed alert's re-measurements when they ask for one more: fewer than
+    `policy.remeasures` so far, and their mean sits under the bar but nearer the alerted job's level than
+    the window's (`timing.at_the_new_level`). A step's re-measurement lands there often (its
+    one job faces the full bar), a slow moment's rarely; one more job then halves the pool's noise
+    within the same CI round instead of leaving the decision to the next commit. None otherwise."""
+    if not remeasured or len(remeasured) >= policy.remeasures:
+        return None
+    screened = screen(alerted, ancestry, alerts, threshold_pct, policy)
+    if screened is None or screened.verdict is None:
+        return None
+    again = timing.decide([as_job(r) for r in remeasured], [as_job(r) for r in screened.window], threshold_pct,
+                          screened.changed, policy, screened.history)
+    return again if again is not None and not again.regressed and timing.at_the_new_level(again, screened.verdict) else None
+
+
+def _measure_again(session: Session, alert: Alert, result: Result, alerts: dict[int, Alert], threshold_pct: float,
+                   policy: timing.TimingPolicy) -> list[Alert]:
+    """[alert], still suspected, when `result` (a re-measurement of its commit) asks for one more
+    (`measure_again`): remeasure.py queues it, a client re-posts."""
+    alerted = session.get(Result, alert.result_id)
+    remeasured = _remeasurements(session, alert, alerted, result)
+    verdict = measure_again(alerted, measured_ancestry(session, alerted, policy), alerts, [*remeasured, result],
+                            threshold_pct, policy)
+    if verdict is None:
+        return []
+    alert.message += (f". Re-measured {len(remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, nearer this level than "
+                      "the window's but not past the bar, so measured once more")
+    return [alert]
+
+
+def _remeasurements(session: Session, alert: Alert, alerted: Result, result: Result) -> list[Result]:
+    """The alerted commit's results other than the alerted one and `result`, in the order they came."""
+    return list(session.scalars(
+        select(Result).where(Result.commit_id == alert.commit_id, Result.fingerprint == alerted.fingerprint,
+                             Result.id != alert.result_id, Result.id != result.id).order_by(Result.id)))
+
+
 def _confirm_if_agrees(
     session: Session,
     alert: Alert,
@@ -195,32 +266,19 @@ def _confirm_if_agrees(
     alerts: dict[int, Alert],
     threshold_pct: float,
     policy: timing.TimingPolicy,
-    remeasured: Result | None = None,
 ) -> list[Alert]:
-    """Confirm `alert` when the jobs measured since it (`remeasured`, the alerted commit's re-measurement
-    when `result` is the next commit's, and `result`) cross the bar together against the window the alert
-    was raised on, by about the same amount as the alerted job (`timing.agree`), unless the
-    re-measurement says the alerted job was a slow moment before a step at `result`'s commit
-    (`timing.slow_moment_before`). The alerted job itself is left out of the pool: it was picked for
-    crossing the screen, so it would carry a noise that crossed the bar into every later test."""
+    """Confirm `alert` when `result`, a re-measurement of its commit or the next commit's result, agrees
+    with it together with the jobs measured since it (`confirmation`)."""
     alerted = session.get(Result, alert.result_id)
     ancestry = measured_ancestry(session, alerted, policy)
-    screened = screen(alerted, ancestry, alerts, threshold_pct, policy)
-    if screened is None:
+    remeasured = _remeasurements(session, alert, alerted, result)
+    here = result.commit_id == alert.commit_id
+    remeasured, later = ([*remeasured, result], []) if here else (remeasured, [result])
+    verdict = confirmation(alerted, ancestry, alerts, remeasured, later, threshold_pct, policy)
+    if verdict is None:
         return []
-    first, window, changed, history = screened.verdict, screened.window, screened.changed, screened.history
-    jobs = [as_job(r) for r in window]
-    since = [as_job(r) for r in (remeasured, result) if r is not None]
-    verdict = timing.decide(since, jobs, threshold_pct, changed, policy, history)
-    if first is None or verdict is None or not timing.agree(first, verdict, policy):
-        return []
-    if remeasured is not None:
-        again = timing.decide(as_job(remeasured), jobs, threshold_pct, changed, policy, history)
-        later = timing.decide(as_job(result), jobs, threshold_pct, changed, policy, history)
-        if again is not None and later is not None and timing.slow_moment_before(again, later):
-            return []
     commit = session.get(Commit, result.commit_id)
-    what = "a re-measurement" if result.commit_id == alert.commit_id else f"the next commit {commit.sha[:12]}"
+    what = "a re-measurement" if here else f"the next commit {commit.sha[:12]}"
     note = f". Confirmed by {what}: {verdict.change_pct:+.1f}% against the same window"
     earlier = _step_began_before(session, alert, ancestry, alerts, verdict, threshold_pct, policy)
     if earlier is not None:  # raised one commit late: the step began at the previous commit

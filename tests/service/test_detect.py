@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from service.alerts import timing, timing_alerts
-from service.stats import excess_over_neighbours, mann_whitney_greater, successive_spread
+from service.stats import (
+    excess_over_neighbours,
+    mann_whitney_greater,
+    successive_mean_spread,
+    successive_spread,
+)
 from tests.service.receiver import Receiver
 
 # 30 samples around 1 ms with a within-job spread of a few percent; JOB_WOBBLE moves whole jobs by ±1%.
@@ -42,6 +47,20 @@ def test_successive_spread_is_the_standard_deviation_and_ignores_a_level_shift()
     assert successive_spread([1.0]) == 0.0
 
 
+def test_successive_mean_spread_is_the_standard_deviation_ignores_a_level_shift_and_varies_less():
+    rng = np.random.default_rng(0)
+    values = rng.normal(10.0, 2.0, 20_000)
+    assert successive_mean_spread(values) == pytest.approx(2.0, rel=0.02)
+    assert successive_mean_spread(values, trim=0) == pytest.approx(2.0, rel=0.02)  # the scale holds for any trim
+    shifted = np.concatenate([values[:10_000], values[10_000:] + 50])  # a step of 25 standard deviations
+    assert successive_mean_spread(shifted) == pytest.approx(2.0, rel=0.02)
+    stretches = rng.normal(0.0, 1.0, (2_000, 40))  # 40 jobs' levels, 2,000 times
+    by_mean = [successive_mean_spread(x) for x in stretches]
+    by_median = [successive_spread(x) for x in stretches]
+    assert np.mean(by_mean) == pytest.approx(1.0, abs=0.05) and np.std(by_mean) < 0.85 * np.std(by_median)
+    assert successive_mean_spread([1.0]) == 0.0
+
+
 def test_excess_over_neighbours_finds_the_slow_values_and_not_a_step():
     values = [1.0, 1.01, 0.99, 1.2, 1.0, 1.01, 0.99, 1.0]
     excess = excess_over_neighbours(values, neighbours=2)
@@ -69,7 +88,9 @@ def test_a_heavy_tailed_series_bars_its_slow_tail_and_a_10pct_step_still_crosses
     assert timing.decide(job(1.10), history[:20], threshold_pct=5, history=history).regressed
     # Too short a history to see a tail in: the spread alone sets the bar, as before.
     short = history[: timing.DEFAULT_POLICY.min_tail_jobs - 1]
-    assert timing.decide(job(1.07), short[:12], threshold_pct=5, history=short).min_effect_pct == pytest.approx(5)
+    spread = timing.decide(job(1.07), short[:12], threshold_pct=5, history=short)
+    assert "slow tail" not in spread.why
+    assert spread.min_effect_pct == pytest.approx(max(5, timing.student(timing.DEFAULT_POLICY.noise_k, len(short) - 1) * spread.noise_pct))
 
 
 def test_a_step_beyond_the_bar_regresses_and_one_inside_does_not():
@@ -82,7 +103,8 @@ def test_a_step_beyond_the_bar_regresses_and_one_inside_does_not():
 def test_the_bar_follows_the_windows_own_noise():
     noisy = [job(level) for level in (1.0, 1.12, 0.9, 1.08, 0.93, 1.1, 0.88, 1.05, 0.95, 1.0, 1.15, 0.9)]
     verdict = timing.decide(job(1.2), noisy, threshold_pct=5)
-    assert verdict.noise_pct > 8 and verdict.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.noise_k * verdict.noise_pct)
+    k = timing.student(timing.DEFAULT_POLICY.noise_k, len(noisy) - 1)  # the noise of 12 jobs: Student's t at 11
+    assert verdict.noise_pct > 8 and verdict.min_effect_pct == pytest.approx(k * verdict.noise_pct)
     assert not verdict.regressed  # +20% is inside this series' job-to-job wobble
     assert timing.decide(job(1.6), noisy, threshold_pct=5).regressed
 
@@ -110,16 +132,16 @@ NOISY = [job(level) for level in [1.0, 1.025, 0.98, 1.02, 0.975, 1.015, 0.985, 1
 
 def test_jobs_pooled_face_the_noise_of_their_mean_and_the_screen_is_lower_than_the_bar():
     one = timing.decide(job(1.10), NOISY, threshold_pct=5, history=NOISY)
-    noise = one.noise_pct
-    assert noise > 3 and one.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.noise_k * noise)
+    noise, k = one.noise_pct, timing.student(timing.DEFAULT_POLICY.noise_k, len(NOISY) - 1)
+    assert noise > 3 and one.min_effect_pct == pytest.approx(k * noise)
     assert not one.regressed  # +9.5% is inside 2.5 noises
     two = timing.decide([job(1.10, 1), job(1.10, 2)], NOISY, threshold_pct=5, history=NOISY)
-    assert two.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.noise_k * noise / 2**0.5)
+    assert two.min_effect_pct == pytest.approx(k * noise / 2**0.5)
     assert two.regressed and "mean fastest run of 2 jobs" in two.why
     assert two.change_pct == pytest.approx(one.change_pct)
     # The screen that buys a re-measurement: suspect_k noises for a single job.
     screen = timing.decide(job(1.10), NOISY, threshold_pct=5, history=NOISY, screening=True)
-    assert screen.min_effect_pct == pytest.approx(timing.DEFAULT_POLICY.suspect_k * noise)
+    assert screen.min_effect_pct == pytest.approx(timing.student(timing.DEFAULT_POLICY.suspect_k, len(NOISY) - 1) * noise)
     assert screen.min_effect_pct < one.min_effect_pct
     assert screen.regressed
     # A pool's canary discount is its jobs' mean: one job 20% slow in two, half of 10% on the bar.
@@ -164,7 +186,18 @@ def test_the_noise_comes_from_the_whole_history_and_a_step_in_it_does_not_inflat
     assert not history.regressed and history.noise_pct > 4
     # A history that stepped by 30% once and is otherwise steady: the noise stays that of a steady series.
     stepped = STEADY_WINDOW + [job(1.3, i) for i in range(12)]
-    assert timing.decide(job(1.09), STEADY_WINDOW, threshold_pct=5, history=stepped).noise_pct < 1.5
+    assert timing.decide(job(1.09), STEADY_WINDOW, threshold_pct=5, history=stepped).noise_pct < 1.6
+
+
+def test_a_noise_from_few_jobs_faces_students_t_and_from_many_the_normal_bar():
+    assert timing.student(2.5, 3) == pytest.approx(5.40, rel=0.03)  # the exact one-sided quantiles
+    assert timing.student(2.5, 9) == pytest.approx(3.113, rel=0.005)
+    assert timing.student(2.0, 19) == pytest.approx(2.140, rel=0.005)
+    assert timing.student(2.5, 10_000) == pytest.approx(2.5, rel=0.001)
+    # The same +12% job against the same quiet window: with 4 jobs of history it is inside the bar, with 30 not.
+    few = timing.decide(job(1.12), NOISY[:4], threshold_pct=5, history=NOISY[:4])
+    many = timing.decide(job(1.12), NOISY[:4], threshold_pct=5, history=NOISY)
+    assert not few.regressed and many.regressed and few.min_effect_pct > 1.5 * many.min_effect_pct
 
 
 def test_a_confirmation_must_agree_in_size():
@@ -204,6 +237,44 @@ def test_the_screen_pools_a_job_with_the_previous_commits_when_neither_passes_al
     held = timing_alerts.screen(result(21, 1.085), [result(20, 1.085), *older], {20: SimpleNamespace(confirmed_at=None)}, 5,
                                  timing.DEFAULT_POLICY)
     assert not held.verdict.regressed
+
+
+def _stand_in(commit, level, i=0):
+    return SimpleNamespace(commit_id=commit, execute_ms=job(level, i).samples, canary_ms=2.0, graph_hash=None,
+                           engine_version=None)
+
+
+# The 20 commits before c20 of a series whose jobs wobble by ~4% (nearest first).
+NOISY_ANCESTRY = [_stand_in(19 - i, noisy.samples[0] / SHAPE[0]) for i, noisy in enumerate(NOISY[:20])]
+
+
+def test_a_confirmation_pools_every_job_since_the_alert_but_not_the_alerted_one():
+    alerted = _stand_in(20, 1.12)  # +11.4%: past the screen, under the bar of one job
+    policy = timing.DEFAULT_POLICY
+
+    def confirms(remeasured, later):
+        return timing_alerts.confirmation(alerted, NOISY_ANCESTRY, {}, [_stand_in(20, x, 1) for x in remeasured],
+                                          [_stand_in(21 + k, x, k) for k, x in enumerate(later)], 5, policy)
+
+    assert confirms([1.07], []) is None  # +7.5%: one job faces the whole bar
+    assert confirms([1.07], [1.07]) is None  # two jobs' mean +7.0%: under the bar of two
+    three = confirms([1.07, 1.07], [1.07])  # two re-measurements and the next commit: the bar of three
+    assert three.regressed and "mean fastest run of 3 jobs" in three.why
+    assert confirms([1.075, 1.075], []).regressed  # two re-measurements at +7.5%: past the bar of two
+
+
+def test_a_re_measurement_between_the_levels_asks_for_one_more():
+    alerted = _stand_in(20, 1.12)  # +11.4%
+
+    def again(*levels):
+        remeasured = [_stand_in(20, x, k + 1) for k, x in enumerate(levels)]
+        return timing_alerts.measure_again(alerted, NOISY_ANCESTRY, {}, remeasured, 5, timing.DEFAULT_POLICY)
+
+    assert again(1.09).change_pct == pytest.approx(9.5, abs=0.1)  # nearer +11.4% than the window, under 10.4%
+    assert again(1.05) is None  # +5.5%: nearer the window's level, a slow moment's re-measurement
+    assert again(1.09, 1.08) is None  # two re-measurements already (`remeasures`)
+    assert timing_alerts.measure_again(alerted, NOISY_ANCESTRY, {}, [_stand_in(20, 1.09, 1)], 5,
+                                       dataclasses.replace(timing.DEFAULT_POLICY, remeasures=1)) is None
 
 
 def test_the_code_counts_as_changed_while_the_nearest_window_jobs_ran_other_code():
@@ -336,7 +407,8 @@ def test_a_step_whose_re_measurement_came_out_low_is_still_confirmed_at_its_comm
     for i in range(10):
         _post(client, f"c{i}", [f"c{i - 1}"] if i else [], 1.0, i)
     [alert] = _post(client, "c10", ["c9"], 1.22, 0)["alerts"]
-    assert _post(client, "c10", ["c9"], 1.14, 2)["alerts"] == []  # +12.9%: under the 15% bar, past half the step
+    [again] = _post(client, "c10", ["c9"], 1.14, 2)["alerts"]  # +12.9%: under the 15% bar, past half the step
+    assert (again["id"], again["state"]) == (alert["id"], "suspected")  # so it asks for one more
     [same] = _post(client, "c11", ["c10"], 1.22, 0)["alerts"]
     assert (same["id"], same["commit"], same["state"]) == (alert["id"], "c10", "confirmed")
 
@@ -350,10 +422,22 @@ def test_a_step_under_the_bar_twice_is_confirmed_by_the_two_jobs_together(client
         _post(client, f"c{i}", [f"c{i - 1}"] if i else [], noisy.samples[0] / SHAPE[0])
     [alert] = _post(client, "c20", ["c19"], 1.12)["alerts"]  # past the screen (2 noises), under the bar
     assert alert["state"] == "suspected"
-    assert _post(client, "c20", ["c19"], 1.09)["alerts"] == []  # the re-measurement alone: under the bar
-    [confirmed] = _post(client, "c21", ["c20"], 1.09)["alerts"]
+    assert _post(client, "c20", ["c19"], 1.06)["alerts"] == []  # the re-measurement: under the bar, nearer the old level
+    [confirmed] = _post(client, "c21", ["c20"], 1.10)["alerts"]
     assert (confirmed["id"], confirmed["commit"], confirmed["state"]) == (alert["id"], "c20", "confirmed")
     assert "Confirmed by the next commit c21" in confirmed["message"]
+
+
+def test_a_re_measurement_between_the_levels_gets_one_more_and_the_two_confirm_together(client):
+    client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
+    for i, noisy in enumerate(NOISY[:20]):
+        _post(client, f"c{i}", [f"c{i - 1}"] if i else [], noisy.samples[0] / SHAPE[0])
+    [alert] = _post(client, "c20", ["c19"], 1.12)["alerts"]
+    [again] = _post(client, "c20", ["c19"], 1.09, 1)["alerts"]  # +9.5%: under the bar, nearer the new level
+    assert (again["id"], again["state"]) == (alert["id"], "suspected") and "measured once more" in again["message"]
+    [confirmed] = _post(client, "c20", ["c19"], 1.08, 2)["alerts"]  # the two re-measurements' mean: bar of two
+    assert (confirmed["id"], confirmed["state"]) == (alert["id"], "confirmed")
+    assert "Confirmed by a re-measurement" in confirmed["message"]
 
 
 def test_a_slow_canary_raises_the_bar_by_part_of_its_excess(client, history):
