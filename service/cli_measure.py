@@ -37,6 +37,7 @@ from service.cli_client import (
 from service.console import stdout_console
 
 ALL_LEVELS = "all-levels"
+MAX_REMEASURE_ROUNDS = 4  # re-measurements of one commit in client mode, at most
 
 EngineOption = Annotated[str, typer.Option("--engine", "-e", help="fusionwatch, onnxruntime or all")]
 LevelOption = Annotated[str, typer.Option("--level", "-l", help=f"one of {', '.join(LEVEL_NAMES)}, or {ALL_LEVELS}")]
@@ -90,9 +91,13 @@ def run_command(
             reply = client.post_results(document)
             # A suspected timing alert waits for a second measurement (service/alerts/remeasure.py): take
             # it now, so this commit's verdict does not wait for the next one.
-            # A re-measurement that leaves its alert suspected asks for one more (the server caps them).
+            # A re-measurement that leaves its alert suspected asks for one more (the server caps them at
+            # TimingPolicy.remeasures; this bound only keeps a server that kept asking from looping us).
             suspected = _suspected(reply)
-            while again := [(path, m) for path, m in measured if (path.name, m.engine, m.level) in suspected]:
+            for _ in range(MAX_REMEASURE_ROUNDS):
+                again = [(path, m) for path, m in measured if (path.name, m.engine, m.level) in suspected]
+                if not again:
+                    break
                 remeasured = measure_all(list(dict.fromkeys(p for p, _ in again)), engines, levels, disable, runs, warmup, threads,
                                          sequence_length, only={(p.name, m.engine, m.level) for p, m in again})
                 settled_reply = client.post_results(results_document(project, ref, remeasured))

@@ -158,10 +158,12 @@ def evaluate(
     if here is not None:  # a re-measurement of an alerted commit: confirm it, never raise a second
         if here.state != "suspected":
             return []
-        return (_confirm_if_agrees(session, here, result, alerts, threshold_pct, policy)
-                or _measure_again(session, here, result, alerts, threshold_pct, policy))
+        since = _since_alert(session, here, result, policy)
+        return (_confirm_if_agrees(session, here, result, alerts, threshold_pct, policy, since)
+                or _measure_again(here, result, alerts, threshold_pct, policy, since))
     if (alert := pending(ancestry, alerts)) is not None:
-        confirmed = _confirm_if_agrees(session, alert, result, alerts, threshold_pct, policy)
+        since = _since_alert(session, alert, result, policy)
+        confirmed = _confirm_if_agrees(session, alert, result, alerts, threshold_pct, policy, since)
         if confirmed:
             return confirmed  # the next commit agrees: the same step, not a second one
     screened = screen(result, ancestry, alerts, threshold_pct, policy)
@@ -237,26 +239,34 @@ def measure_again(alerted, ancestry: list, alerts: dict, remeasured: list, thres
     return again if again is not None and not again.regressed and timing.at_the_new_level(again, screened.verdict) else None
 
 
-def _measure_again(session: Session, alert: Alert, result: Result, alerts: dict[int, Alert], threshold_pct: float,
-                   policy: timing.TimingPolicy) -> list[Alert]:
-    """[alert], still suspected, when `result` (a re-measurement of its commit) asks for one more
-    (`measure_again`): remeasure.py queues it, a client re-posts."""
+@dataclass(frozen=True)
+class _SinceAlert:
+    """What deciding on a suspected alert reads, once per posted result: the alerted result, its measured
+    ancestry and the alerted commit's other re-measurements (in the order they came)."""
+
+    alerted: Result
+    ancestry: list[Result]
+    remeasured: list[Result]
+
+
+def _since_alert(session: Session, alert: Alert, result: Result, policy: timing.TimingPolicy) -> _SinceAlert:
     alerted = session.get(Result, alert.result_id)
-    remeasured = _remeasurements(session, alert, alerted, result)
-    verdict = measure_again(alerted, measured_ancestry(session, alerted, policy), alerts, [*remeasured, result],
-                            threshold_pct, policy)
-    if verdict is None:
-        return []
-    alert.message += (f". Re-measured {len(remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, nearer this level than "
-                      "the window's but not past the bar, so measured once more")
-    return [alert]
-
-
-def _remeasurements(session: Session, alert: Alert, alerted: Result, result: Result) -> list[Result]:
-    """The alerted commit's results other than the alerted one and `result`, in the order they came."""
-    return list(session.scalars(
+    remeasured = list(session.scalars(
         select(Result).where(Result.commit_id == alert.commit_id, Result.fingerprint == alerted.fingerprint,
                              Result.id != alert.result_id, Result.id != result.id).order_by(Result.id)))
+    return _SinceAlert(alerted, measured_ancestry(session, alerted, policy), remeasured)
+
+
+def _measure_again(alert: Alert, result: Result, alerts: dict[int, Alert], threshold_pct: float,
+                   policy: timing.TimingPolicy, since: _SinceAlert) -> list[Alert]:
+    """[alert], still suspected, when `result` (a re-measurement of its commit) asks for one more
+    (`measure_again`): remeasure.py queues it, a client re-posts."""
+    verdict = measure_again(since.alerted, since.ancestry, alerts, [*since.remeasured, result], threshold_pct, policy)
+    if verdict is None:
+        return []
+    alert.message += (f". Re-measured {len(since.remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, nearer this "
+                      "level than the window's but not past the bar, so measured once more")
+    return [alert]
 
 
 def _confirm_if_agrees(
@@ -266,15 +276,14 @@ def _confirm_if_agrees(
     alerts: dict[int, Alert],
     threshold_pct: float,
     policy: timing.TimingPolicy,
+    since: _SinceAlert,
 ) -> list[Alert]:
     """Confirm `alert` when `result`, a re-measurement of its commit or the next commit's result, agrees
     with it together with the jobs measured since it (`confirmation`)."""
-    alerted = session.get(Result, alert.result_id)
-    ancestry = measured_ancestry(session, alerted, policy)
-    remeasured = _remeasurements(session, alert, alerted, result)
+    ancestry = since.ancestry
     here = result.commit_id == alert.commit_id
-    remeasured, later = ([*remeasured, result], []) if here else (remeasured, [result])
-    verdict = confirmation(alerted, ancestry, alerts, remeasured, later, threshold_pct, policy)
+    remeasured, later = ([*since.remeasured, result], []) if here else (since.remeasured, [result])
+    verdict = confirmation(since.alerted, ancestry, alerts, remeasured, later, threshold_pct, policy)
     if verdict is None:
         return []
     commit = session.get(Commit, result.commit_id)
