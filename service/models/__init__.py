@@ -7,9 +7,9 @@ from service.models.api_token import ApiToken
 from service.models.base import Base
 from service.models.change_point_window import ChangePointWindow
 from service.models.commit import Commit
+from service.models.history_point import HistoryPoint
 from service.models.hook import Hook
 from service.models.job import Job
-from service.models.kept_history import KeptHistory
 from service.models.machine import Machine
 from service.models.model import Model
 from service.models.model_file import ModelFile
@@ -26,9 +26,9 @@ __all__ = [
     "Base",
     "ChangePointWindow",
     "Commit",
+    "HistoryPoint",
     "Hook",
     "Job",
-    "KeptHistory",
     "Machine",
     "Model",
     "ModelFile",

@@ -12,6 +12,7 @@ from service.db import adopt_inserted
 from service.errors import Invalid, NotFound
 from service.models import Commit, Project
 from service.models.base import utc_now
+from service.usecases.history_points import render_commit_again
 
 MAX_SHA_CHARS = 64
 
@@ -65,10 +66,13 @@ def record_commit(
     if inserted is not None:
         return adopt_inserted(session, Commit(id=inserted.id, seq=inserted.seq, **row))
     commit = session.scalar(_COMMIT_BY_SHA, {"project_id": project.id, "sha": sha})
+    shown_filled = bool(not commit.message and message) or (commit.timestamp is None and timestamp is not None)
     commit.parents = commit.parents or parents
     commit.message = commit.message or message[:10_000]
     commit.author = commit.author or author[:255]
     commit.timestamp = commit.timestamp or timestamp
+    if shown_filled:  # history points show the message's first line and the time
+        render_commit_again(session, commit)
     return commit
 
 

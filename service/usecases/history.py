@@ -12,7 +12,7 @@ from service.models import Alert, Commit, Model, Project, Result
 from service.usecases.baselines import find_baseline
 from service.usecases.change_point_windows import SeriesWindows
 from service.usecases.commits import get_commit
-from service.usecases.history_points import SeriesPoints, StoredRead, series_points, series_windows
+from service.usecases.history_points import SeriesPoints, series_points, series_windows
 
 
 def history(
@@ -23,20 +23,17 @@ def history(
     level: str | None = None,
     limit: int = 1000,
     computed: list[SeriesWindows] | None = None,
-    to_store: list[StoredRead] | None = None,
 ) -> list[dict[str, Any]]:
     """One series per (model, engine, level, machine class), points in commit order (oldest first): the
     latest result at each of the series' last `limit` commits (a re-measurement replaces the earlier one).
 
-    The points are read once and then kept up to date (usecases/history_points.py): a read again, or
-    after a new result, costs two aggregates, the new rows and the change points' last windows. The
-    points returned are shared with other reads: render them, do not change them.
+    Each point was rendered when its result was stored (usecases/history_points.py); entries carry
+    them as `Points`, for the reply to splice in.
 
     Change-point windows computed on the way are added to `computed`, for the caller to store
-    (usecases/change_point_windows.py: store_computed) once the reply is out, and points read whole to
-    `to_store`, for kept_history (usecases/history_points.py: store_reads)."""
+    (usecases/change_point_windows.py: store_computed) once the reply is out."""
     found = []
-    for kept in series_points(session, project, model, engine, level, limit, to_store):
+    for kept in series_points(session, project, model, engine, level, limit):
         model_name, engine_name, level_name, machine_class = kept.key
         entry = {"model": model_name, "engine": engine_name, "level": level_name, "machine_class": machine_class,
                  "points": kept.points}
@@ -55,8 +52,7 @@ def _mark_change_points(
     """The series' change points (E-divisive means over each commit's p10), each with the timing alert
     raised near it, and `disagreements`: rises the alerts missed, and alerts no change point backs.
     Returns the windows asked, with those computed."""
-    shas, timed, position = series.shas, series.timed, series.positions
-    model_id = session.scalar(select(Model.id).where(Model.project_id == project.id, Model.name == entry["model"]))
+    shas, timed, position, model_id = series.shas, series.timed, series.positions, series.model_id
     alerts = session.execute(
         select(Alert, Commit.sha).join(Commit, Commit.id == Alert.commit_id).where(
             Alert.project_id == project.id, Alert.kind == "timing-regression", Alert.model_id == model_id,

@@ -36,7 +36,7 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.alerts.change_points import WINDOW, change_points
-from service.models import Commit, Result
+from service.models import HistoryPoint, Result
 from service.usecases import history_points
 from service.usecases.change_point_windows import Series, SeriesWindows, store_computed
 
@@ -59,21 +59,13 @@ def arrived(result: Result) -> ArrivedSeries:
 
 
 # The series' timed points (those with a p10: a read shows the others without a change point) from its
-# newest commit back, one per commit (its latest result), with how many there are in all.
-_latest = (
-    select(func.max(Result.id).label("id"))
-    .where(Result.project_id == bindparam("project_id"), Result.model_id == bindparam("model_id"),
-           Result.engine == bindparam("engine"), Result.level == bindparam("level"),
-           Result.machine_class == bindparam("machine_class"))
-    .group_by(Result.commit_id)
-    .subquery()
-)
+# newest commit back, with how many there are in all.
 _TAIL = (
-    select(Result.p10_ms, func.count().over())
-    .join(_latest, _latest.c.id == Result.id)
-    .join(Commit, Commit.id == Result.commit_id)
-    .where(Result.p10_ms != 0)
-    .order_by(Commit.seq.desc(), Result.id.desc())  # a read's order (history_points._read_all), reversed
+    select(HistoryPoint.p10_ms, func.count().over())
+    .where(HistoryPoint.project_id == bindparam("project_id"), HistoryPoint.model_id == bindparam("model_id"),
+           HistoryPoint.engine == bindparam("engine"), HistoryPoint.level == bindparam("level"),
+           HistoryPoint.machine_class == bindparam("machine_class"), HistoryPoint.p10_ms != 0)
+    .order_by(HistoryPoint.commit_seq.desc(), HistoryPoint.result_id.desc())  # a read's order, reversed
     .limit(TAIL)
 )
 

@@ -17,6 +17,7 @@ from service.models import Alert, Commit, Machine, Model, Project, Result, Resul
 from service.protocol import protocol_for
 from service.stats import summarize
 from service.usecases.baselines import find_baseline
+from service.usecases.history_points import record_point
 
 MAX_SAMPLES = 10_000
 MAX_NEAR_MISSES = 500
@@ -140,6 +141,7 @@ def record_result(
     session.add(result)
     session.flush()
     session.add_all(ResultFusion(result_id=result.id, op=op[:300], count=count) for op, count in m.fusions.items())
+    record_point(session, result)
     baseline = find_baseline(session, result)
     alerts = detect(
         session,

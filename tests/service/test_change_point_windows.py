@@ -4,8 +4,6 @@ reading the last N commits of a longer series finds the steps the whole series s
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 from sqlalchemy import select
 
@@ -79,15 +77,13 @@ def _post_result(client, values, i: int) -> None:
     client.post("/api/v1/results", json=document).raise_for_status()
 
 
-def _forgetful_history(monkeypatch, forget_points: bool = False) -> CountingResults:
-    """The history's window memory replaced by an empty one that counts computations; with
-    `forget_points`, the points it kept are forgotten too (as a restarted process has neither)."""
+def _forgetful_history(monkeypatch) -> CountingResults:
+    """The history's window memory replaced by an empty one that counts computations (as a restarted
+    process has)."""
     from service.usecases import history_points
 
     results = CountingResults()
     monkeypatch.setattr(history_points, "windows_seen", results)
-    if forget_points:
-        monkeypatch.setattr(history_points, "_kept", OrderedDict())
     return results
 
 
@@ -128,8 +124,8 @@ def test_a_process_that_forgot_its_windows_reads_them_from_the_database(client, 
     assert results.computed == 3  # windows at 0, 25 and 50 (the last one 40 commits long so far)
     assert _stored_positions(session) == [0, 25, 50]
 
-    # A restart, as far as the history goes: no windows in memory, no points kept.
-    results = _forgetful_history(monkeypatch, forget_points=True)
+    # A restart, as far as the history goes: no windows in memory.
+    results = _forgetful_history(monkeypatch)
     [again] = client.get("/api/v1/projects/engine/history").json()["series"]
     assert again["change_points"] == series["change_points"]
     assert results.computed == 0
@@ -142,33 +138,3 @@ def test_a_process_that_forgot_its_windows_reads_them_from_the_database(client, 
         client.get("/api/v1/projects/engine/history").raise_for_status()
     assert results.computed == 10
     assert _stored_positions(session) == [0, 25, 50]
-
-
-def test_a_process_that_forgot_its_points_reads_them_from_the_database_and_brings_them_up_to_date(client, monkeypatch):
-    # The first read reads every commit and stores the points (kept_history); a restarted process
-    # finds them there and reads no commit again, neither when nothing changed nor after a new result.
-    from service.usecases import history_points
-
-    values = _series(60, {30: 1.25})
-    _engine_series(client, values, 50)
-    whole_reads = []
-    read_all = history_points._read_all
-    monkeypatch.setattr(history_points, "_read_all", lambda *a: whole_reads.append(1) or read_all(*a))
-    first = client.get("/api/v1/projects/engine/history").json()["series"]
-    assert len(whole_reads) == 1
-
-    _forgetful_history(monkeypatch, forget_points=True)  # a restart
-    table_reads = []
-    stored = history_points._stored
-    monkeypatch.setattr(history_points, "_stored", lambda *a: table_reads.append(1) or stored(*a))
-    assert client.get("/api/v1/projects/engine/history").json()["series"] == first
-    assert len(whole_reads) == 1
-    assert client.get("/api/v1/projects/engine/history").json()["series"] == first
-    assert len(table_reads) == 1  # the points read from the table are kept in memory from then on
-
-    _forgetful_history(monkeypatch, forget_points=True)
-    _post_result(client, values, 50)
-    [after] = client.get("/api/v1/projects/engine/history").json()["series"]
-    assert len(whole_reads) == 1  # the stored points, and the one new result merged in
-    assert [p["commit"] for p in after["points"]] == [f"c{i}" for i in range(51)]
-    assert after["points"][:50] == first[0]["points"]

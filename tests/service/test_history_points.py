@@ -1,21 +1,29 @@
-"""History reads keep their points and bring them up to date (service/usecases/history_points.py):
-whatever happened in between, a read gives what reading everything afresh gives."""
+"""History points are rendered as results are stored (service/usecases/history_points.py): whatever
+arrived in whatever order, a read gives each series' latest result at each of its last `limit`
+commits, as the results and commits stored say, rendered here independently."""
 
 from __future__ import annotations
 
-import orjson
+import threading
+from datetime import UTC, datetime
+
 import pytest
 from sqlalchemy import select
 
-from service.models import KeptHistory
-from service.usecases import history_points
+from service import migrate
+from service.db import make_engine, make_session_factory
+from service.models import Commit, Model, Result
+from service.usecases.commits import record_commit
+from service.usecases.projects import get_project
+from service.usecases.results import Measurement, get_or_create_machine, record_result
+from service.usecases.runs import record_only_run
 
 
 def _result(client, sha: str, parents: list[str], ms: float, model: str = "bert.onnx", level: str = "all",
-            commit: dict | None = None) -> None:
+            commit: dict | None = None, samples: int = 5) -> None:
     document = {"project": "engine", "commit": {"sha": sha, "parents": parents} | (commit or {}),
                 "results": [{"model": model, "engine": "fusionwatch", "engine_version": "1", "level": level,
-                             "fusions": {"com.microsoft.BiasGelu": 2}, "execute_ms": [ms] * 5}]}
+                             "fusions": {"com.microsoft.BiasGelu": 2}, "execute_ms": [ms] * samples}]}
     client.post("/api/v1/results", json=document).raise_for_status()
 
 
@@ -29,72 +37,86 @@ def engine_project(client):
     return client
 
 
-@pytest.fixture
-def full_reads(monkeypatch) -> list[int]:
-    """One entry per read of everything (the kept points not brought up to date)."""
-    reads: list[int] = []
-    real = history_points._read_all
-    monkeypatch.setattr(history_points, "_read_all", lambda *args: reads.append(1) or real(*args))
-    return reads
+def _expected(session, limit: int) -> list[tuple[tuple, list[dict]]]:
+    """Each series' points as the stored results and commits say, the series ordered by their oldest
+    point shown: the oracle a read is compared with."""
+    session.rollback()  # a fresh snapshot
+    rows = session.execute(select(Result, Commit, Model.name).join(Commit, Commit.id == Result.commit_id)
+                           .join(Model, Model.id == Result.model_id)).all()
+    latest: dict[tuple, tuple] = {}
+    for result, commit, name in rows:
+        key = (name, result.engine, result.level, result.machine_class)
+        if (key, commit.id) not in latest or latest[key, commit.id][0].id < result.id:
+            latest[key, commit.id] = (result, commit)
+    series: dict[tuple, list] = {}
+    for (key, _), (result, commit) in latest.items():
+        series.setdefault(key, []).append((commit.seq, result.id, _point(result, commit)))
+    shown = [(key, sorted(points)[-limit:]) for key, points in series.items()]
+    shown.sort(key=lambda entry: entry[1][0][:2])
+    return [(key, [point for _, _, point in points]) for key, points in shown]
 
 
-def _read(client, query: str = "limit=6") -> dict:
-    reply = client.get(f"/api/v1/projects/engine/history?{query}")
+def _point(result: Result, commit: Commit) -> dict:
+    return {
+        "commit": commit.sha, "branch": commit.branch, "message": commit.message.split("\n")[0][:200],
+        "timestamp": commit.timestamp.isoformat() if commit.timestamp else None, "result_id": result.id,
+        "engine_version": result.engine_version, "graph_hash": result.graph_hash, "fusions": result.fusions,
+        "nodes_after": result.nodes_after, "median_ms": result.median_ms, "p10_ms": result.p10_ms,
+        "p90_ms": result.p90_ms, "mad_ms": result.mad_ms, "samples": len(result.execute_ms),
+        "numeric_ok": result.numeric_ok,
+    }
+
+
+def _check(client, session, limit: int = 6) -> dict:
+    reply = client.get(f"/api/v1/projects/engine/history?limit={limit}")
     assert reply.status_code == 200, reply.text
-    return reply.json()
+    read = reply.json()
+    got = [((s["model"], s["engine"], s["level"], s["machine_class"]), s["points"]) for s in read["series"]]
+    assert got == _expected(session, limit)
+    return read
 
 
-def _afresh(client, query: str = "limit=6") -> dict:
-    history_points._kept.clear()
-    return _read(client, query)
-
-
-def _check(client, query: str = "limit=6") -> dict:
-    kept = _read(client, query)
-    assert kept == _afresh(client, query)
-    return kept
-
-
-def test_reads_follow_new_commits_remeasurements_and_new_series(engine_project, full_reads):
+def test_reads_follow_new_commits_remeasurements_older_commits_and_new_series(engine_project, session):
     client = engine_project
-    _check(client)
-    full_reads.clear()
-    assert _read(client)["series"][0]["points"][-1]["commit"] == "c7"
-    assert full_reads == []  # read again: kept
+    assert [p["commit"] for p in _check(client, session)["series"][0]["points"]] == [f"c{i}" for i in range(2, 8)]
     _result(client, "c8", ["c7"], 1.5)
-    read = _read(client)
-    assert [p["commit"] for p in read["series"][0]["points"]] == [f"c{i}" for i in range(3, 9)]
-    _result(client, "c8", ["c7"], 1.7)  # measured again: the point is replaced
-    assert _read(client)["series"][0]["points"][-1]["p10_ms"] == pytest.approx(1.7)
-    _result(client, "c9", ["c8"], 1.1, level="basic")  # a new series
-    assert [s["level"] for s in _read(client)["series"]] == ["all", "basic"]
-    assert full_reads == []  # each merged in, none read everything again
-    _check(client)
+    assert [p["commit"] for p in _check(client, session)["series"][0]["points"]] == [f"c{i}" for i in range(3, 9)]
+    _result(client, "c8", ["c7"], 1.7, samples=3)  # measured again: the point is replaced
+    last = _check(client, session)["series"][0]["points"][-1]
+    assert (last["p10_ms"], last["samples"]) == (pytest.approx(1.7), 3)
+    _result(client, "c4", ["c3"], 2.0)  # an older commit shown, measured again
+    assert _check(client, session)["series"][0]["points"][1]["p10_ms"] == pytest.approx(2.0)
+    _result(client, "c1", ["c0"], 3.0)  # older than the points shown: they stay as they were
+    assert _check(client, session)["series"][0]["points"][0]["commit"] == "c3"
+    _result(client, "c9", ["c8"], 1.1, level="basic")  # a new series, after the first
+    assert [s["level"] for s in _check(client, session)["series"]] == ["all", "basic"]
+    _result(client, "x0", [], 1.1, model="gpt2.onnx")  # another model's series, after both
+    assert [s["model"] for s in _check(client, session, limit=100)["series"]] == ["bert.onnx", "bert.onnx", "gpt2.onnx"]
+    read = client.get("/api/v1/projects/engine/history?limit=100&model=gpt2.onnx").json()
+    assert [s["model"] for s in read["series"]] == ["gpt2.onnx"]
+    read = client.get("/api/v1/projects/engine/history?limit=100&level=basic").json()
+    assert [(s["level"], [p["commit"] for p in s["points"]]) for s in read["series"]] == [("basic", ["c9"])]
 
 
-def test_a_result_for_an_older_commit_and_a_commit_filled_in_later_are_read_again(engine_project):
+def test_a_commit_described_after_its_results_shows_its_message_and_time(engine_project, session):
     client = engine_project
-    _check(client)
-    _result(client, "c1", ["c0"], 3.0)  # older than the points shown: everything is read again
-    assert _check(client)["series"][0]["points"][0]["commit"] == "c2"
-    _result(client, "c4", ["c3"], 2.0)  # shown: measured again
-    assert _check(client)["series"][0]["points"][2]["p10_ms"] == pytest.approx(2.0)
-    # GitHub describes a commit CI reported without a message: the point shows it from the next read on.
-    assert _read(client)["series"][0]["points"][-1]["message"] == ""
-    hook = {"project": "engine", "sha": "c7", "branch": "main", "message": "Fuse Gelu again\n\nlong text"}
+    assert _check(client, session)["series"][0]["points"][-1]["message"] == ""
+    hook = {"project": "engine", "sha": "c7", "branch": "main", "message": "Fuse Gelu again\n\nlong text",
+            "timestamp": "2026-11-24T10:00:00+02:00"}
     client.post("/api/v1/webhooks/ci", json=hook).raise_for_status()
-    assert _check(client)["series"][0]["points"][-1]["message"] == "Fuse Gelu again"
+    last = _check(client, session)["series"][0]["points"][-1]
+    assert (last["message"], last["timestamp"]) == ("Fuse Gelu again", "2026-11-24T08:00:00+00:00")
+    # Described again, differently: a commit keeps what it had.
+    client.post("/api/v1/webhooks/ci", json=hook | {"message": "Something else"}).raise_for_status()
+    assert _check(client, session)["series"][0]["points"][-1]["message"] == "Fuse Gelu again"
 
 
-def test_new_commits_without_results_keep_the_points(engine_project, full_reads):
+def test_new_commits_without_results_change_no_point(engine_project, session):
     client = engine_project
-    _check(client)
-    full_reads.clear()
+    before = _check(client, session)
     for i in range(3):
         client.post("/api/v1/webhooks/ci", json={"project": "engine", "sha": f"w{i}", "branch": "main"}).raise_for_status()
-        _read(client)
-    assert full_reads == []
-    _check(client)
+    assert _check(client, session) == before
 
 
 def test_an_unchanged_history_answers_304_to_its_etag(engine_project):
@@ -109,23 +131,56 @@ def test_an_unchanged_history_answers_304_to_its_etag(engine_project):
     assert changed.json()["series"][0]["points"][-1]["commit"] == "c8"
 
 
-def test_points_read_from_kept_history_come_rendered_as_the_reply_carries_them(engine_project, session, full_reads):
+def test_the_migration_renders_the_stored_results_as_the_service_does(engine_project, session, migrated_database_url):
     client = engine_project
-    _result(client, "c8", ["c7"], 1.5, level="basic")  # two series, stored one after the other
-    first = _read(client, "limit=5")
-    history_points._kept.clear()  # a restart
-    [key] = session.scalars(select(KeptHistory.key))
-    kept = history_points._stored(session, key)
-    for series, read in zip(kept.series, first["series"], strict=True):
-        assert "items" not in series.points.__dict__  # not parsed: a reply splices the renderings in
-        assert orjson.loads(series.points.rendered) == read["points"]
-        assert series.shas == [p["commit"] for p in read["points"]] and series.p10s == [p["p10_ms"] for p in read["points"]]
-    assert _read(client, "limit=5") == first
-    # A new result merges into the points read back, the series it joined parsed and the other not.
-    _result(client, "c9", ["c8"], 1.5, level="basic")
-    history_points._kept.clear()
-    full_reads.clear()
-    after = _read(client, "limit=5")
-    assert full_reads == []
-    assert [p["commit"] for p in after["series"][1]["points"]] == ["c8", "c9"]
-    assert after["series"][0] == first["series"][0]
+    described = {"message": "Fuse\nagain", "timestamp": "2026-11-24T10:00:00Z", "author": "a"}
+    _result(client, "c8", ["c7"], 1.5, commit=described)
+    _result(client, "c8", ["c7"], 1.6, level="basic")
+    _result(client, "c5", ["c4"], 1.9)
+    before = _check(client, session, limit=100)
+    session.rollback()
+    session.close()  # PostgreSQL: no transaction of the test's may hold the tables the migration drops
+    migrate.downgrade("e8f3c6b1d592", migrated_database_url)  # before history_point
+    migrate.upgrade(migrated_database_url)
+    assert _check(client, session, limit=100) == before
+
+
+def test_a_commit_described_while_a_result_is_being_stored_at_it_shows_in_that_point(
+    engine_project, migrated_database_url
+):
+    """PostgreSQL: the result's transaction reads the commit under a share lock, so the webhook's fill
+    waits for it and renders its point again (without the lock, the point would keep the empty
+    message it was rendered with). SQLite writes one transaction at a time."""
+    if not migrated_database_url.startswith("postgresql"):
+        pytest.skip("SQLite serializes writers")
+    engine = make_engine(migrated_database_url)
+    factory = make_session_factory(engine)
+    with factory() as reported, reported.begin():  # CI reported the commit without describing it
+        record_commit(reported, get_project(reported, "engine"), "c8", parents=["c7"])
+
+    def describe() -> None:
+        with factory() as describing, describing.begin():
+            record_commit(describing, get_project(describing, "engine"), "c8", message="Described meanwhile",
+                          timestamp=datetime(2026, 11, 24, tzinfo=UTC))
+
+    webhook = threading.Thread(target=describe)
+    try:
+        with factory() as storing:
+            project = get_project(storing, "engine")
+            commit = record_commit(storing, project, "c8", parents=["c7"])
+            model = storing.scalar(select(Model).where(Model.project_id == project.id))
+            run = record_only_run(storing, project, commit, "results")
+            machine = get_or_create_machine(storing, {"machine_class": "cpu"})
+            measurement = Measurement("fusionwatch", "1", "all", {}, execute_ms=[1.0] * 5)
+            record_result(storing, run, model, measurement, machine)
+            webhook.start()
+            webhook.join(timeout=1.0)
+            waited = webhook.is_alive()  # for the result's transaction
+            storing.commit()
+        webhook.join(timeout=10)
+        assert waited and not webhook.is_alive()
+    finally:
+        webhook.join(timeout=10)
+        engine.dispose()
+    read = engine_project.get("/api/v1/projects/engine/history").json()
+    assert read["series"][0]["points"][-1]["message"] == "Described meanwhile"

@@ -19,7 +19,6 @@ from service.schemas.requests import HookCreate, ProjectCreate
 from service.usecases import history as history_usecase
 from service.usecases import projects
 from service.usecases.change_point_windows import SeriesWindows, store_computed
-from service.usecases.history_points import StoredRead, store_reads
 from service.usecases.models import get_model, ingest_upload, project_models
 from service.usecases.submissions import CommitInfo, submit_commit
 
@@ -138,14 +137,10 @@ def read_history(
     found = projects.get_project(session, project)
     series_model = get_model(session, found, model) if model else None
     computed: list[SeriesWindows] = []
-    read_whole: list[StoredRead] = []
-    series = history_usecase.history(session, found, series_model, engine, level, limit, computed, read_whole)
-    # Change-point windows computed for this read, and points it read whole, are stored after the
-    # reply, in a writing transaction.
+    series = history_usecase.history(session, found, series_model, engine, level, limit, computed)
+    # Change-point windows computed for this read are stored after the reply, in a writing transaction.
     if computed:
         background.add_task(store_computed, services.session_factory, computed)
-    if read_whole:
-        background.add_task(store_reads, services.session_factory, read_whole)
     # A poller that sends back the ETag it got is told 304 when nothing changed, instead of 3 MB again.
     # The tag is the reply's hash with each series' points standing for themselves by theirs.
     etag = '"' + hashlib.sha1(orjson.dumps({"project": found.name, "series": [
@@ -154,7 +149,7 @@ def read_history(
         return Response(status_code=304, headers={"ETag": etag})
     # Plain JSON already, rendered here in the worker thread by orjson rather than validated and encoded
     # again by FastAPI (json.dumps alone took 100 ms of a 10,000-commit read); each series' points were
-    # rendered once, when read (usecases/history_points.py), and are spliced in as they are.
+    # rendered once, when their results were stored (usecases/history_points.py), and are spliced in.
     body = orjson.dumps({"project": found.name, "series": [
         entry | {"points": orjson.Fragment(entry["points"].rendered)} for entry in series]})
     return Response(body, media_type="application/json", headers={"ETag": etag})
