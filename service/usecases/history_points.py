@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 import orjson
-from sqlalchemy import Insert, bindparam, case, func, select, update
+from sqlalchemy import Insert, bindparam, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -169,6 +169,11 @@ _POINTS = (
     .order_by(HistoryPoint.commit_seq.desc(), HistoryPoint.result_id.desc())
     .limit(bindparam("limit"))
 )
+_TIMED_BEFORE = (
+    select(func.count())
+    .where(*_POINTS.whereclause.clauses, HistoryPoint.p10_ms != 0,
+           tuple_(HistoryPoint.commit_seq, HistoryPoint.result_id) < tuple_(bindparam("seq"), bindparam("result_id")))
+)
 
 
 def series_points(
@@ -185,14 +190,18 @@ def series_points(
     series_key = (HistoryPoint.model_id, HistoryPoint.engine, HistoryPoint.level, HistoryPoint.machine_class)
     connection = session.connection()  # Core rows: the ORM's processing of 10,000 rows is time for nothing
     found = []
-    for name, model_id, engine_name, level_name, machine_class, timed_total in connection.execute(
-        select(Model.name, *series_key, func.count(case((HistoryPoint.p10_ms != 0, 1))))
+    for name, model_id, engine_name, level_name, machine_class, total in connection.execute(
+        select(Model.name, *series_key, func.count())  # from the series index alone
         .join(Model, Model.id == HistoryPoint.model_id).where(*filters).group_by(Model.name, *series_key)
     ):
-        rows = connection.execute(_POINTS, {"project_id": project.id, "model_id": model_id, "engine": engine_name,
-                                            "level": level_name, "machine_class": machine_class, "limit": limit}).all()
+        series = {"project_id": project.id, "model_id": model_id, "engine": engine_name, "level": level_name,
+                  "machine_class": machine_class}
+        rows = connection.execute(_POINTS, series | {"limit": limit}).all()
         rows.reverse()
         seqs, shas, p10s, result_ids, fragments = (list(column) for column in zip(*rows, strict=True))
+        timed_total = sum(1 for p10 in p10s if p10)
+        if total > len(rows):  # and the timed points before those shown
+            timed_total += connection.execute(_TIMED_BEFORE, series | {"seq": seqs[0], "result_id": result_ids[0]}).scalar_one()
         found.append(SeriesPoints((name, engine_name, level_name, machine_class), model_id, Points(fragments),
                                   seqs, shas, p10s, result_ids, timed_total))
     return sorted(found, key=lambda s: (s.seqs[0], s.result_ids[0]))

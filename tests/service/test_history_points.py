@@ -14,6 +14,7 @@ from service import migrate
 from service.db import make_engine, make_session_factory
 from service.models import Commit, Model, Result
 from service.usecases.commits import record_commit
+from service.usecases.history_points import series_points
 from service.usecases.projects import get_project
 from service.usecases.results import Measurement, get_or_create_machine, record_result
 from service.usecases.runs import record_only_run
@@ -184,3 +185,16 @@ def test_a_commit_described_while_a_result_is_being_stored_at_it_shows_in_that_p
         engine.dispose()
     read = engine_project.get("/api/v1/projects/engine/history").json()
     assert read["series"][0]["points"][-1]["message"] == "Described meanwhile"
+
+
+def test_a_series_cut_to_its_last_points_counts_the_timed_points_before_them(client, session):
+    """Change-point windows are placed on the series' timed points from its first, when results arrive
+    (usecases/history_windows.py) as when it is read cut: the read counts those it does not show."""
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    for i in range(10):
+        _result(client, f"c{i}", [f"c{i - 1}"] if i else [], 1.0, samples=0 if i in (1, 3, 8) else 5)
+    session.rollback()
+    project = get_project(session, "engine")
+    for limit, shown_timed in ((100, 7), (6, 5), (2, 1)):
+        [series] = series_points(session, project, None, None, None, limit)
+        assert (len(series.timed), series.timed_total) == (shown_timed, 7)
