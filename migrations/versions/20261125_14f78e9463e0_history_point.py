@@ -63,6 +63,7 @@ def upgrade() -> None:
         sa.Column("result_id", sa.Integer(), nullable=False),
         sa.Column("p10_ms", sa.Float(), nullable=True),
         sa.Column("point", sa.Text(), nullable=False),
+        sa.Column("version", sa.BigInteger(), nullable=False),
         sa.ForeignKeyConstraint(["commit_id"], ["commit.id"], name=op.f("fk_history_point_commit_id_commit"),
                                 ondelete="CASCADE"),
         sa.ForeignKeyConstraint(["model_id"], ["model.id"], name=op.f("fk_history_point_model_id_model"),
@@ -84,13 +85,16 @@ def upgrade() -> None:
         op.bulk_insert(history_point, [{
             "model_id": row.model_id, "engine": row.engine, "level": row.level, "machine_class": row.machine_class,
             "commit_id": row.commit_id, "project_id": row.project_id, "commit_seq": row.seq, "sha": row.sha,
-            "result_id": row.id, "p10_ms": row.p10_ms, "point": _render(row),
-        } for row in rows[start:start + BATCH]])  # fmt: skip
+            "result_id": row.id, "p10_ms": row.p10_ms, "point": _render(row), "version": version,
+        } for version, row in enumerate(rows[start:start + BATCH], start + 1)])  # fmt: skip
+    if op.get_bind().dialect.name == "postgresql":  # history_point.version's source (SQLite counts on)
+        op.execute(f"CREATE SEQUENCE history_point_version_seq START WITH {len(rows) + 1}")
     with op.batch_alter_table("history_point", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_history_point_commit_id"), ["commit_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_history_point_result_id"), ["result_id"], unique=False)
+        batch_op.create_index(batch_op.f("ix_history_point_version"), ["version"], unique=False)
         batch_op.create_index("ix_history_point_series", ["project_id", "model_id", "engine", "level", "machine_class",
-                                                          "commit_seq", "result_id"], unique=False)
+                                                          "commit_seq", "result_id", "version"], unique=False)
     with op.batch_alter_table("kept_history", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_kept_history_project_id"))
     op.drop_table("kept_history")
@@ -115,6 +119,9 @@ def downgrade() -> None:
         batch_op.create_index(batch_op.f("ix_kept_history_project_id"), ["project_id"], unique=False)
     with op.batch_alter_table("history_point", schema=None) as batch_op:
         batch_op.drop_index("ix_history_point_series")
+        batch_op.drop_index(batch_op.f("ix_history_point_version"))
         batch_op.drop_index(batch_op.f("ix_history_point_result_id"))
         batch_op.drop_index(batch_op.f("ix_history_point_commit_id"))
     op.drop_table("history_point")
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP SEQUENCE history_point_version_seq")

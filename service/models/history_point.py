@@ -11,7 +11,7 @@ their result, commit, model or project, and results are only deleted with one of
 
 from __future__ import annotations
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Float, ForeignKey, Index, Integer, Sequence, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.models.base import Base
@@ -22,7 +22,7 @@ class HistoryPoint(Base):
     __table_args__ = (
         # A series' points in commit order (commits are numbered as they arrive: seq).
         Index("ix_history_point_series", "project_id", "model_id", "engine", "level", "machine_class", "commit_seq",
-              "result_id"),
+              "result_id", "version"),
     )
 
     # The series, as result's columns name it, and the commit: one point each.
@@ -38,3 +38,10 @@ class HistoryPoint(Base):
     result_id: Mapped[int] = mapped_column(ForeignKey("result.id", ondelete="CASCADE"), index=True)
     p10_ms: Mapped[float | None] = mapped_column(Float)
     point: Mapped[str] = mapped_column(Text)  # the point's JSON (usecases/history_points.py: render_point)
+    # Taken afresh by every write of the row, each larger than every version before it (PostgreSQL:
+    # VERSIONS; SQLite, which writes one transaction at a time: the largest so far, plus one). So a
+    # series' count and sum of versions change whenever its points do (usecases/history_points.py).
+    version: Mapped[int] = mapped_column(BigInteger, index=True)
+
+
+VERSIONS = Sequence("history_point_version_seq")  # PostgreSQL's source of history_point.version

@@ -4,6 +4,8 @@ reading the last N commits of a longer series finds the steps the whole series s
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 from sqlalchemy import select
 
@@ -78,12 +80,13 @@ def _post_result(client, values, i: int) -> None:
 
 
 def _forgetful_history(monkeypatch) -> CountingResults:
-    """The history's window memory replaced by an empty one that counts computations (as a restarted
-    process has)."""
+    """The history's window memory replaced by an empty one that counts computations, and its points
+    forgotten (as a restarted process has neither)."""
     from service.usecases import history_points
 
     results = CountingResults()
     monkeypatch.setattr(history_points, "windows_seen", results)
+    monkeypatch.setattr(history_points, "_kept", OrderedDict())
     return results
 
 

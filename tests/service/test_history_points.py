@@ -13,6 +13,7 @@ from sqlalchemy import select
 from service import migrate
 from service.db import make_engine, make_session_factory
 from service.models import Commit, Model, Result
+from service.usecases import history_points
 from service.usecases.commits import record_commit
 from service.usecases.history_points import series_points
 from service.usecases.projects import get_project
@@ -77,9 +78,19 @@ def _check(client, session, limit: int = 6) -> dict:
     return read
 
 
-def test_reads_follow_new_commits_remeasurements_older_commits_and_new_series(engine_project, session):
+@pytest.fixture
+def series_reads(monkeypatch) -> list[int]:
+    """One entry per series read whole (not kept, nor brought up to date with the points written since)."""
+    reads: list[int] = []
+    real = history_points._read
+    monkeypatch.setattr(history_points, "_read", lambda *args: reads.append(1) or real(*args))
+    return reads
+
+
+def test_reads_follow_new_commits_remeasurements_older_commits_and_new_series(engine_project, session, series_reads):
     client = engine_project
     assert [p["commit"] for p in _check(client, session)["series"][0]["points"]] == [f"c{i}" for i in range(2, 8)]
+    assert len(series_reads) == 1
     _result(client, "c8", ["c7"], 1.5)
     assert [p["commit"] for p in _check(client, session)["series"][0]["points"]] == [f"c{i}" for i in range(3, 9)]
     _result(client, "c8", ["c7"], 1.7, samples=3)  # measured again: the point is replaced
@@ -87,8 +98,10 @@ def test_reads_follow_new_commits_remeasurements_older_commits_and_new_series(en
     assert (last["p10_ms"], last["samples"]) == (pytest.approx(1.7), 3)
     _result(client, "c4", ["c3"], 2.0)  # an older commit shown, measured again
     assert _check(client, session)["series"][0]["points"][1]["p10_ms"] == pytest.approx(2.0)
+    assert len(series_reads) == 1  # each merged into the points kept
     _result(client, "c1", ["c0"], 3.0)  # older than the points shown: they stay as they were
     assert _check(client, session)["series"][0]["points"][0]["commit"] == "c3"
+    assert len(series_reads) == 2  # read again
     _result(client, "c9", ["c8"], 1.1, level="basic")  # a new series, after the first
     assert [s["level"] for s in _check(client, session)["series"]] == ["all", "basic"]
     _result(client, "x0", [], 1.1, model="gpt2.onnx")  # another model's series, after both
@@ -99,7 +112,7 @@ def test_reads_follow_new_commits_remeasurements_older_commits_and_new_series(en
     assert [(s["level"], [p["commit"] for p in s["points"]]) for s in read["series"]] == [("basic", ["c9"])]
 
 
-def test_a_commit_described_after_its_results_shows_its_message_and_time(engine_project, session):
+def test_a_commit_described_after_its_results_shows_its_message_and_time(engine_project, session, series_reads):
     client = engine_project
     assert _check(client, session)["series"][0]["points"][-1]["message"] == ""
     hook = {"project": "engine", "sha": "c7", "branch": "main", "message": "Fuse Gelu again\n\nlong text",
@@ -107,6 +120,7 @@ def test_a_commit_described_after_its_results_shows_its_message_and_time(engine_
     client.post("/api/v1/webhooks/ci", json=hook).raise_for_status()
     last = _check(client, session)["series"][0]["points"][-1]
     assert (last["message"], last["timestamp"]) == ("Fuse Gelu again", "2026-11-24T08:00:00+00:00")
+    assert len(series_reads) == 1  # the point rendered again, merged in
     # Described again, differently: a commit keeps what it had.
     client.post("/api/v1/webhooks/ci", json=hook | {"message": "Something else"}).raise_for_status()
     assert _check(client, session)["series"][0]["points"][-1]["message"] == "Fuse Gelu again"
@@ -143,6 +157,7 @@ def test_the_migration_renders_the_stored_results_as_the_service_does(engine_pro
     session.close()  # PostgreSQL: no transaction of the test's may hold the tables the migration drops
     migrate.downgrade("e8f3c6b1d592", migrated_database_url)  # before history_point
     migrate.upgrade(migrated_database_url)
+    history_points._kept.clear()  # read afresh
     assert _check(client, session, limit=100) == before
 
 
@@ -198,3 +213,30 @@ def test_a_series_cut_to_its_last_points_counts_the_timed_points_before_them(cli
     for limit, shown_timed in ((100, 7), (6, 5), (2, 1)):
         [series] = series_points(session, project, None, None, None, limit)
         assert (len(series.timed), series.timed_total) == (shown_timed, 7)
+
+
+def test_a_point_whose_version_commits_after_larger_ones_is_read(engine_project, session, migrated_database_url,
+                                                                 series_reads):
+    """PostgreSQL: a transaction takes its point's version before another that commits first; a read
+    in between keeps the larger version, and the points written since it are then not all larger."""
+    if not migrated_database_url.startswith("postgresql"):
+        pytest.skip("SQLite writes one transaction at a time")
+    client = engine_project
+    _check(client, session)
+    engine = make_engine(migrated_database_url)
+    try:
+        with make_session_factory(engine)() as slow:
+            project = get_project(slow, "engine")
+            commit = record_commit(slow, project, "c8", parents=["c7"])
+            model = slow.scalar(select(Model).where(Model.project_id == project.id))
+            run = record_only_run(slow, project, commit, "results")
+            machine = get_or_create_machine(slow, {"machine_class": "cpu"})
+            record_result(slow, run, model, Measurement("fusionwatch", "1", "all", {}, execute_ms=[1.0] * 5), machine)
+            _result(client, "c9", ["c8"], 1.5)  # its version is larger, and it commits first
+            assert [p["commit"] for p in _check(client, session)["series"][0]["points"]][-2:] == ["c7", "c9"]
+            slow.commit()
+    finally:
+        engine.dispose()
+    reads = len(series_reads)
+    assert {p["commit"] for p in _check(client, session)["series"][0]["points"][-3:]} == {"c7", "c8", "c9"}
+    assert len(series_reads) == reads + 1  # the series' count and versions did not add up: read again

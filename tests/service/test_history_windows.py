@@ -5,6 +5,7 @@ of the whole series computed from scratch, whatever order the results arrived in
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -34,10 +35,11 @@ def _post(client, values, i: int, **kwargs) -> None:
 
 
 def _restart(monkeypatch) -> CountingResults:
-    """A restarted process, as far as the history goes (no windows in memory); its window memory
-    counts what it computes."""
+    """A restarted process, as far as the history goes (no windows or points in memory); its window
+    memory counts what it computes."""
     results = CountingResults()
     monkeypatch.setattr(history_points, "windows_seen", results)
+    monkeypatch.setattr(history_points, "_kept", OrderedDict())
     return results
 
 
