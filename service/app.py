@@ -25,6 +25,7 @@ from service.core.limits import load_limits, upload_limits
 from service.db import make_engine, make_session_factory
 from service.errors import ServiceError
 from service.storage import ModelStore
+from service.usecases import history_points
 
 log = logging.getLogger("fusionwatch.service")
 
@@ -61,6 +62,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
                 "run `fusionwatch db upgrade`"
             )
         log.info("database ready", extra={"database": repr(engine.url), "revision": current})
+        history_points.warm_up(services.read_session_factory)
         worker = None
         if start_worker and not config.broker_url:
             from service.worker.embedded import EmbeddedWorker

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Insert, bindparam, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from service.alerts.change_points import ChangePoint, WindowResults, change_points
 from service.models import Commit, HistoryPoint, Model, Project, Result
@@ -248,6 +248,16 @@ def series_points(
                     _kept.popitem(last=False)
         found.append(kept)
     return sorted(found, key=lambda s: (s.seqs[0], s.result_ids[0]))
+
+
+def warm_up(session_factory: sessionmaker[Session]) -> None:
+    """Open a pooled connection and compile a read's statements, so that a process's first read does
+    not pay for them (a first connection to PostgreSQL took ~15 ms)."""
+    with session_factory() as session:
+        nothing = {"project_id": -1, "model_id": -1, "engine": "", "level": "", "machine_class": ""}
+        session.connection().execute(_LAST_POINTS, nothing | {"limit": 1}).all()
+        session.connection().execute(_WRITTEN_SINCE, nothing | {"version": 0}).all()
+        series_points(session, Project(id=-1, name=""), None, None, None, 1)
 
 
 def _read(connection, key: SeriesKey, series: dict, now: tuple[int, int], limit: int) -> SeriesPoints:
