@@ -186,20 +186,21 @@ class SeriesPoints:
         return found
 
 
-_SERIES = (HistoryPoint.project_id == bindparam("project_id"), HistoryPoint.model_id == bindparam("model_id"),
+# One series' points, by the series' key as bound parameters (history_windows.py reads them too).
+SERIES = (HistoryPoint.project_id == bindparam("project_id"), HistoryPoint.model_id == bindparam("model_id"),
            HistoryPoint.engine == bindparam("engine"), HistoryPoint.level == bindparam("level"),
            HistoryPoint.machine_class == bindparam("machine_class"))
 _POINT_COLUMNS = (HistoryPoint.commit_seq, HistoryPoint.sha, HistoryPoint.p10_ms, HistoryPoint.result_id,
                   HistoryPoint.version, HistoryPoint.point)
 _LAST_POINTS = (
-    select(*_POINT_COLUMNS).where(*_SERIES)
+    select(*_POINT_COLUMNS).where(*SERIES)
     .order_by(HistoryPoint.commit_seq.desc(), HistoryPoint.result_id.desc()).limit(bindparam("limit"))
 )
 _TIMED_BEFORE = select(func.count()).where(
-    *_SERIES, HistoryPoint.p10_ms != 0,
+    *SERIES, HistoryPoint.p10_ms != 0,
     tuple_(HistoryPoint.commit_seq, HistoryPoint.result_id) < tuple_(bindparam("seq"), bindparam("result_id")))
 _WRITTEN_SINCE = (
-    select(*_POINT_COLUMNS).where(*_SERIES, HistoryPoint.version > bindparam("version"))
+    select(*_POINT_COLUMNS).where(*SERIES, HistoryPoint.version > bindparam("version"))
     .order_by(HistoryPoint.commit_seq, HistoryPoint.result_id)
 )
 

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.alerts.change_points import WINDOW, change_points
@@ -62,9 +62,7 @@ def arrived(result: Result) -> ArrivedSeries:
 # newest commit back, with how many there are in all.
 _TAIL = (
     select(HistoryPoint.p10_ms, func.count().over())
-    .where(HistoryPoint.project_id == bindparam("project_id"), HistoryPoint.model_id == bindparam("model_id"),
-           HistoryPoint.engine == bindparam("engine"), HistoryPoint.level == bindparam("level"),
-           HistoryPoint.machine_class == bindparam("machine_class"), HistoryPoint.p10_ms != 0)
+    .where(*history_points.SERIES, HistoryPoint.p10_ms != 0)
     .order_by(HistoryPoint.commit_seq.desc(), HistoryPoint.result_id.desc())  # a read's order, reversed
     .limit(TAIL)
 )

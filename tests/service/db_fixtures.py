@@ -36,6 +36,15 @@ def _backends() -> list:
     return backends
 
 
+def on_postgresql_only():
+    """A test's `database_url` on PostgreSQL alone: for behaviour of concurrent writers, which SQLite
+    does not have (it writes one transaction at a time)."""
+    missing = pytest.mark.skipif(not os.environ.get(TEST_DATABASE_URL_ENV),
+                                 reason=f"no PostgreSQL server to test on: set {TEST_DATABASE_URL_ENV}")
+    return pytest.mark.parametrize("database_url", [pytest.param("postgresql", id="postgresql", marks=missing)],
+                                   indirect=True)
+
+
 @pytest.fixture(params=_backends())
 def database_url(request, tmp_path) -> Iterator[str]:
     """The URL of an empty database (no tables, no migrations applied) for one test."""

@@ -19,6 +19,7 @@ from service.usecases.history_points import series_points
 from service.usecases.projects import get_project
 from service.usecases.results import Measurement, get_or_create_machine, record_result
 from service.usecases.runs import record_only_run
+from tests.service.db_fixtures import on_postgresql_only
 
 
 def _result(client, sha: str, parents: list[str], ms: float, model: str = "bert.onnx", level: str = "all",
@@ -161,14 +162,13 @@ def test_the_migration_renders_the_stored_results_as_the_service_does(engine_pro
     assert _check(client, session, limit=100) == before
 
 
+@on_postgresql_only()
 def test_a_commit_described_while_a_result_is_being_stored_at_it_shows_in_that_point(
     engine_project, migrated_database_url
 ):
     """PostgreSQL: the result's transaction reads the commit under a share lock, so the webhook's fill
     waits for it and renders its point again (without the lock, the point would keep the empty
     message it was rendered with). SQLite writes one transaction at a time."""
-    if not migrated_database_url.startswith("postgresql"):
-        pytest.skip("SQLite serializes writers")
     engine = make_engine(migrated_database_url)
     factory = make_session_factory(engine)
     with factory() as reported, reported.begin():  # CI reported the commit without describing it
@@ -215,12 +215,11 @@ def test_a_series_cut_to_its_last_points_counts_the_timed_points_before_them(cli
         assert (len(series.timed), series.timed_total) == (shown_timed, 7)
 
 
+@on_postgresql_only()
 def test_a_point_whose_version_commits_after_larger_ones_is_read(engine_project, session, migrated_database_url,
                                                                  series_reads):
     """PostgreSQL: a transaction takes its point's version before another that commits first; a read
     in between keeps the larger version, and the points written since it are then not all larger."""
-    if not migrated_database_url.startswith("postgresql"):
-        pytest.skip("SQLite writes one transaction at a time")
     client = engine_project
     _check(client, session)
     engine = make_engine(migrated_database_url)
