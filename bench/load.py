@@ -2,7 +2,7 @@
 
 Starts `fusionwatch serve` on 127.0.0.1 (a fresh SQLite database in a temporary folder, or a schema
 of its own on the PostgreSQL server --database-url / FUSIONWATCH_BENCH_DATABASE_URL names; --workers
-API processes), with jobs sent to Celery on Redis (FUSIONWATCH_BENCH_REDIS_URL, default
+API processes, by default as each is deployed: two on PostgreSQL, one on SQLite), with jobs sent to Celery on Redis (FUSIONWATCH_BENCH_REDIS_URL, default
 redis://127.0.0.1:6379/0, a queue nobody consumes and that is purged afterwards), so the API is measured
 alone rather than beside a worker measuring models on the same two cores. From this second process it
 drives, with a fixed number of requests in flight and a write token:
@@ -25,7 +25,7 @@ other work shares the machine's cores.
 
     python -m bench.load [--webhooks 10000] [--uploads 200] [--results 10000] [--reads 50] [--new-results 20]
                          [--restarts 5] [--concurrency 16] [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]
-                         [--workers 1] [--profile server.svg] [--keep]
+                         [--workers 2 on PostgreSQL, 1 on SQLite] [--profile server.svg] [--keep]
 """
 
 from __future__ import annotations
@@ -315,7 +315,9 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, default=5,
                         help="servers started afresh after the rest, each reading the history once")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=1, help="API processes (`fusionwatch serve --workers`)")
+    parser.add_argument("--workers", type=int,
+                        help="API processes (`fusionwatch serve --workers`); default as deployed: 2 on PostgreSQL "
+                        "(docker-compose.yml's api), 1 on SQLite (`make run`, one writer)")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="run the server under py-spy (pip install py-spy) and write its flame graph here "
                         "(.svg), or its collapsed stacks (.txt)")
@@ -326,6 +328,8 @@ def main() -> None:
                         help="keep the run's folder (its SQLite database, the server's log) and PostgreSQL schema, "
                         "and print where they are")
     args = parser.parse_args()
+    if args.workers is None:
+        args.workers = 2 if args.database_url else 1
 
     folder = Path(tempfile.mkdtemp(prefix="fusionwatch-load-"))
     schema = None

@@ -57,7 +57,7 @@ def test_the_stack_has_its_four_services_each_with_a_healthcheck():
 def test_every_fusionwatch_command_exists_and_parses():
     invocations = {name: _fusionwatch_invocations(s["command"]) for name, s in SERVICES.items() if "command" in s}
     assert invocations == {
-        "api": [["db", "upgrade"], ["serve", "--host", "0.0.0.0", "--port", "8000"]],
+        "api": [["db", "upgrade"], ["serve", "--host", "0.0.0.0", "--port", "8000", "--workers", "2"]],
         "worker": [["worker", "--queue", "cpu", "--concurrency", "1"]],
     }
     cmd = next(line for line in (ROOT / "Dockerfile").read_text().splitlines() if line.startswith("CMD "))
