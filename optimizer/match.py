@@ -87,7 +87,7 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     return None
 
 
-def _const_tensor(value: ir.Value) -> ir.TensorProtocol | None:
+def const_tensor(value: ir.Value) -> ir.TensorProtocol | None:
     """The tensor `const_array` would decode, left undecoded."""
     if value.const_value is not None:
         return None if value.is_graph_input() else value.const_value
@@ -147,7 +147,7 @@ def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
     """The shape when every dimension is a known integer."""
     if value is None:
         return None
-    tensor = _const_tensor(value)
+    tensor = const_tensor(value)
     if tensor is not None:  # its shape, without decoding the data (BERT's embeddings are 94 MB)
         return tuple(int(d) for d in tensor.shape)
     if value.shape is None or not all(isinstance(d, int) for d in value.shape):

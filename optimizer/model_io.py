@@ -111,7 +111,19 @@ def load_model(
         raise ModelLoadError(f"{label}: malformed model ({type(error).__name__}: {shorten(str(error), 300)})") from error
     if base_dir is not None:
         ir_external_data.set_base_dir(model.graph, os.fspath(base_dir))
+    _negative_dims_unknown(model)
     return model
+
+
+def _negative_dims_unknown(model: ir.Model) -> None:
+    """A declared dimension below zero (some exporters write -1 for "any") is unknown, as onnxruntime
+    reads it: left as a number, a feed of any size was refused and a rule could take it for a size."""
+    for graph in (model.graph, *model.graph.subgraphs()):
+        values = [*graph.inputs, *graph.outputs, *(v for node in graph for v in node.outputs)]
+        for value in values:
+            shape = value.shape
+            if shape is not None and any(isinstance(d, int) and d < 0 for d in shape):
+                value.shape = ir.Shape([None if isinstance(d, int) and d < 0 else d for d in shape])
 
 
 def read_model_proto(path: str | os.PathLike) -> onnx.ModelProto:
@@ -168,6 +180,7 @@ def check_model_proto(
                         f"{label}: node #{index} of {where} has a {field} of {len(text)} characters "
                         f"(at most {limits.max_op_chars})"
                     )
+            _check_attributes(node, f"node #{index} '{shorten(node.name)}' ({shorten(node.op_type, 60)}) of {where}", label)
     _check_graph_outputs(proto.graph, label)
     for where, node_list in graphs:
         _check_acyclic(node_list, where, label)
@@ -175,6 +188,25 @@ def check_model_proto(
     base = None if base_dir is None else Path(base_dir)
     for tensor in _tensors(proto):
         _check_tensor(tensor, label, base, limits)
+
+
+# An attribute's single-message types and the field that must carry its value.
+_MESSAGE_FIELD = {onnx.AttributeProto.TENSOR: "t", onnx.AttributeProto.GRAPH: "g",
+                  onnx.AttributeProto.SPARSE_TENSOR: "sparse_tensor", onnx.AttributeProto.TYPE_PROTO: "tp"}
+
+
+def _check_attributes(node: onnx.NodeProto, which: str, label: str) -> None:
+    """Every attribute says its type (ONNX requires it from IR version 2), and a tensor or graph
+    attribute carries one: onnx-ir reads an untyped attribute as no value at all, which the rules and
+    kernels would meet as a crash rather than a reason."""
+    for attribute in node.attribute:
+        name = shorten(attribute.name, 60)
+        if attribute.type == onnx.AttributeProto.UNDEFINED:
+            raise ModelLoadError(f"{label}: {which} has attribute '{name}' without a type")
+        field = _MESSAGE_FIELD.get(attribute.type)
+        if field is not None and not attribute.ref_attr_name and not attribute.HasField(field):
+            kind = onnx.AttributeProto.AttributeType.Name(attribute.type)
+            raise ModelLoadError(f"{label}: {which} has attribute '{name}' of type {kind} without its value")
 
 
 def _check_graph_outputs(graph: onnx.GraphProto, label: str) -> None:

@@ -24,9 +24,9 @@ from functools import partial
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common._c_api_utils import call_onnx_api  # strips and restores weights
 
 from optimizer.match import const_array, static_shape
+from optimizer.onnx_api import call_onnx  # strips and restores weights
 from optimizer.shape_probe import forget_pinned, remember_unoptimized
 from optimizer.text import shorten
 
@@ -103,7 +103,7 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
         return infer(proto)
 
     try:
-        inferred = call_onnx_api(run, model)
+        inferred = call_onnx(run, model)
     except (onnx.shape_inference.InferenceError, RuntimeError) as error:
         # Rules then see fewer shapes and say so in their near misses; the model is unchanged.
         log.warning("shape inference failed: %s", shorten(str(error), 300))

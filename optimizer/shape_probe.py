@@ -20,9 +20,9 @@ import logging
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common._c_api_utils import call_onnx_api
 
 from optimizer.match import MS
+from optimizer.onnx_api import call_onnx  # strips and restores weights
 from optimizer.text import shorten
 
 log = logging.getLogger("fusionwatch.optimizer")
@@ -98,7 +98,7 @@ def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
     model = ir.Model(graph, ir_version=10)
     if not data_prop_is_bounded(model):  # a huge generator: data propagation would allocate it
         return {}, {}
-    return call_onnx_api(_both, model)
+    return call_onnx(_both, model)
 
 
 def _both(proto: onnx.ModelProto) -> tuple[Shapes, Shapes]:

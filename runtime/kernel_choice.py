@@ -329,7 +329,7 @@ def _time_gemm(library: str, shape) -> Callable[[], object]:
 
 
 def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], int]]:
-    """The distinct NhwcFusedConv nodes oneDNN could run (float32 constant weight, an input shape
+    """The distinct NhwcFusedConv nodes oneDNN could run (float32 constant weight and bias, an input shape
     static but for the batch, taken as 1): one node per distinct convolution (input and weight
     shape, attributes, residual or not), with its input shape and how many nodes share it,
     costliest share of a run first."""
@@ -338,12 +338,14 @@ def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], int]]:
         if node.op_type != "NhwcFusedConv" or len(node.inputs) < 2:
             continue
         x, w = node.inputs[0], node.inputs[1]
+        b = node.inputs[2] if len(node.inputs) > 2 else None
         if (
             x is None
             or w is None
             or w.const_value is None
             or w.is_graph_input()
             or w.dtype != ir.DataType.FLOAT
+            or (b is not None and (b.const_value is None or b.is_graph_input()))  # timed with the model's bias
         ):
             continue
         if x.shape is None or x.dtype != ir.DataType.FLOAT:

@@ -57,6 +57,7 @@ from optimizer.match import (
     attr,
     const_array,
     const_scalar,
+    const_tensor,
     consumers,
     custom_ancestor,
     describe,
@@ -456,12 +457,15 @@ class _Weight:
 
     def __init__(self, value: ir.Value, shape: tuple[int, ...], transpose: bool = False) -> None:
         self.value = value
+        # The tensor itself, not the value: by the time the packed weight is built (serializing,
+        # for shape inference too) the value may have been swapped for a graph input.
+        self.tensor = const_tensor(value)
         self.transpose = transpose
         self.shape = shape[::-1] if transpose else shape
-        self.dtype = value.const_value.dtype.numpy()
+        self.dtype = self.tensor.dtype.numpy()
 
     def array(self) -> np.ndarray:
-        data = const_array(self.value)
+        data = self.tensor.numpy()
         return data.T if self.transpose else data
 
 

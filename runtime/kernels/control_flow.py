@@ -97,6 +97,11 @@ class Loop(Kernel):
             )
         self.iteration_name, self.condition_name, *self.carried_names = self.body.input_names
         self.scan_values = list(self.body.graph.outputs)[1 + self.carried :]
+        # Bodies written before the spec settled declare the iteration number and condition as
+        # [1], not scalars; they get them so, as onnxruntime gives them.
+        iteration_value, condition_value = list(self.body.graph.inputs)[:2]
+        self.iteration_shape = (1,) if _declared_rank(iteration_value) == 1 else ()
+        self.condition_shape = (1,) if _declared_rank(condition_value) == 1 else ()
 
     def run(self, trip_count, cond, *initial, outer_scope):
         xp = self.xp
@@ -107,8 +112,8 @@ class Loop(Kernel):
         iteration = 0
         while (limit is None or iteration < limit) and bool(_scalar(condition, "Loop's condition")):
             feeds = dict(zip(self.carried_names, carried, strict=True))
-            feeds[self.iteration_name] = xp.asarray(iteration, dtype=np.int64)
-            feeds[self.condition_name] = condition
+            feeds[self.iteration_name] = xp.full(self.iteration_shape, iteration, dtype=np.int64)
+            feeds[self.condition_name] = xp.reshape(condition, self.condition_shape)
             condition, *rest = self.body.run(feeds, outer_scope)
             carried = rest[: self.carried]
             for items, value in zip(scanned, rest[self.carried :], strict=True):
@@ -119,6 +124,10 @@ class Loop(Kernel):
             for items, value in zip(scanned, self.scan_values, strict=True)
         ]
         return (*carried, *stacked)
+
+
+def _declared_rank(value) -> int | None:
+    return None if value.shape is None else len(value.shape)
 
 
 # ---------------------------------------------------------------- Scan

@@ -226,6 +226,9 @@ class ConvTranspose(_Convolution):
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
+        # Never on oneDNN: its convolution primitive computes Conv, not the transpose (a
+        # ConvTranspose with as many outputs as inputs passed its weight check and ran as a Conv).
+        self._library_weight = None
         self.output_padding = self.attr("output_padding")
         self.output_shape = self.attr("output_shape")
 
@@ -276,9 +279,6 @@ class ConvTranspose(_Convolution):
         return buffer, crop, taps
 
     def run(self, x, w, b=None):
-        primitive = self.onednn_primitive(x, w, b, channels_last=False)
-        if primitive is not None:
-            return (primitive(x, b),)
         xp = self.xp
         dtype = x.dtype
         if dtype == np.float16:

@@ -571,10 +571,22 @@ def cast_array(xp, x, dtype: np.dtype, saturate: bool = True, round_mode: str = 
     if dtype == _FLOAT8_E8M0:
         return _to_float8_e8m0(xp, x, saturate, round_mode)
     if dtype == _STRING:
-        return xp.asarray(x.astype(np.str_), dtype=object)
+        return xp.asarray(_as_strings(np.asarray(x)), dtype=object)
     if x.dtype == _STRING:
         return x.astype(np.str_).astype(dtype)
     return x.astype(dtype)
+
+
+def _as_strings(x: np.ndarray) -> np.ndarray:
+    """Numbers as the spec spells them: the special values as its reserved literals ("INF", "-INF",
+    "NaN"), booleans as "1" and "0" as onnxruntime writes them (numpy's "True" reads back as no number)."""
+    if x.dtype == np.bool_:
+        return np.where(x, "1", "0")
+    text = x.astype(np.str_)
+    if x.dtype.kind == "f":
+        wide = x.astype(np.float64)
+        text = np.where(np.isnan(wide), "NaN", np.where(np.isposinf(wide), "INF", np.where(np.isneginf(wide), "-INF", text)))
+    return text
 
 
 def _onnx_dtype(to: Any, node: ir.Node) -> np.dtype:

@@ -216,3 +216,21 @@ def test_projection_from_a_gather_is_a_near_miss():
         "Q projection is not MatMul+Add (or Gemm) on the block input (found Gather '/attn/q/Gather'); as heads for "
         "MultiHeadAttention: Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape"
     )
+
+
+def test_packed_weight_is_built_from_the_weights_even_while_they_are_graph_inputs():
+    """Shape inference hands onnx the graph with every initializer as a graph input (onnx-ir's
+    call_onnx_api); serializing then builds a small packed weight. It must read the projection
+    weights' tensors, not ask whether their values are still constants (ONNX Runtime's
+    attention_mask_no_cast.onnx, hidden size 8, crashed so after a later rule fired)."""
+    original = patterns.self_attention(qkv="separate", mask=False)
+    initializers = {t.name: onnx.numpy_helper.to_array(t) for t in original.graph.initializer}
+    weights = [initializers[name] for name in ("w_q", "w_k", "w_v")]
+    model, fired, _ = _attention_only(original)
+    assert fired == 1
+    for value in list(model.graph.initializers.values()):
+        model.graph.inputs.append(value)
+    proto = ir.serde.serialize_model(model)
+    attention = next(n for n in proto.graph.node if n.op_type == "Attention")
+    packed = next(t for t in proto.graph.initializer if t.name == attention.input[1])
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(packed), np.concatenate(weights, axis=1))

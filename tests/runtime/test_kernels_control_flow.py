@@ -114,6 +114,31 @@ def test_loop_reads_outer_scope_value(trip_count):
     assert traces.shape == (trip_count, 3)
 
 
+def test_loop_body_declaring_its_iteration_number_and_condition_as_one_element_tensors():
+    """Opset-9 era bodies (onnxruntime's fp16model_loop.onnx) declare both as [1]: they get them so,
+    as onnxruntime gives them, and a Squeeze of axis 0 reads the iteration number."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Squeeze", ["i"], ["i_scalar"], axes=[0]),
+            helper.make_node("Gather", ["x1", "i_scalar"], ["row"], axis=0),
+            helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [value("i", INT64, [1]), value("cond_in", BOOL, [1]), value("acc_in", FLOAT, [3])],
+        [value("cond_out", BOOL, [1]), value("acc_out", FLOAT, [3])],
+    )
+    model = model_of(
+        [helper.make_node("Loop", ["x0", "x2", "x3"], ["total"], body=body)],
+        [value("x0", INT64, []), value("x1", FLOAT, [4, 3]), value("x2", BOOL, [1]), value("x3", FLOAT, [3])],
+        [value("total", FLOAT, [3])],
+        opset=11,
+    )
+    x1 = RNG.standard_normal((4, 3)).astype(np.float32)
+    (total,) = assert_same_as_onnxruntime(model, [scalar(4, np.int64), x1, np.array([True]), np.zeros(3, np.float32)])
+    np.testing.assert_allclose(total, x1.sum(axis=0), rtol=1e-6)
+
+
 def test_while_loop_stops_on_body_condition():
     """No trip count: the body's condition output (sum still below x1) ends the loop."""
     body = helper.make_graph(

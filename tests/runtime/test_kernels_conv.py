@@ -91,3 +91,31 @@ def test_conv_transpose_matches_onnxruntime(name):
     w = rng.standard_normal(w_shape).astype(np.float32)
     b = rng.standard_normal(w_shape[1] * attributes.get("group", 1)).astype(np.float32)
     assert_same_as_onnxruntime("ConvTranspose", [x, w, b], 17, **attributes)
+
+
+@pytest.mark.parametrize("op_type", ["Conv", "ConvTranspose"])
+def test_constant_weights_match_onnxruntime(op_type):
+    """Weights as initializers: the path oneDNN takes for Conv. A ConvTranspose with as many
+    outputs as inputs once passed Conv's weight check and ran as a Conv (ONNX Runtime's
+    test_conv_follow_convtrans.onnx: [1, 32, 8, 26] where [1, 32, 29, 30] was right)."""
+    import onnx
+    import onnxruntime
+
+    import runtime
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 32, 15, 28)).astype(np.float32)
+    w = rng.standard_normal((32, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    node = onnx.helper.make_node(op_type, ["x", "w", "b"], ["y"], group=16, dilations=[2, 2], pads=[2, 1, 2, 1],
+                                 strides=[2, 1], kernel_shape=[3, 3])
+    graph = onnx.helper.make_graph(
+        [node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(x.shape))],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(b, "b")])
+    data = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString()
+    expected = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    actual = runtime.InferenceSession(data, runtime.SessionOptions(graph_optimization_level="disabled")).run(
+        None, {"x": x})[0]
+    assert actual.shape == expected.shape
+    np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-4)

@@ -98,6 +98,15 @@ def test_cast_strings_both_ways():
     np.testing.assert_array_equal(back, numbers)
 
 
+@pytest.mark.parametrize("x", [np.array([True, False]), np.array([np.inf, -np.inf, np.nan, 0.25], np.float32),
+                               np.array([-3, 7], np.int64)], ids=["bool", "special_floats", "int64"])
+def test_cast_to_string_spells_as_onnxruntime_does(x):
+    """Booleans as "1"/"0" (numpy's "True" reads back as no number: onnxruntime's
+    cast_back_to_back_non_const_mixed_types_origin.onnx casts bool -> string -> int8), the special
+    floats as the spec's reserved literals."""
+    assert_same_as_onnxruntime("Cast", [x], 19, to=onnx.TensorProto.STRING)
+
+
 def test_cast_opset_1_names_the_type_as_a_string():
     x = np.array([1.7, -1.7], dtype=np.float32)
     model = one_node_model("Cast", [x], 1, to="INT64")

@@ -130,6 +130,20 @@ def test_symbolic_dimensions_accept_any_size():
         assert ours.run(["z"], {"x": x})[0].shape == (batch, 4, 8)
 
 
+@pytest.mark.parametrize("level", ["disabled", "all"])
+def test_a_dimension_declared_minus_one_accepts_any_size_as_onnxruntime_does(level):
+    """Some exporters write -1 for "any" (onnxruntime's cloud_models/addf.onnx, shape-add.onnx); the
+    input's Shape must not fold to -1 either."""
+    x = helper.make_tensor_value_info("x", FLOAT, [2, -1])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [2])
+    graph = helper.make_graph([helper.make_node("Shape", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ours = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level))
+    assert ours.get_inputs()[0].shape == [2, None]
+    for width in (1, 5):
+        assert ours.run(None, {"x": np.zeros((2, width), np.float32)})[0].tolist() == [2, width]
+
+
 def test_extended_level_fuses_and_still_matches_onnxruntime(tmp_path):
     bias = numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32), "bias")
     nodes = [

@@ -193,3 +193,31 @@ def test_a_rule_that_cannot_read_a_malformed_pattern_reports_it_as_a_near_miss()
             attribute.ints[:] = [0, 0, 0, 0]
     report = optimize(model, level="extended").report
     assert report.nodes_after > 0
+
+
+def test_an_attribute_without_its_type_or_value_is_a_load_error_naming_node_and_attribute():
+    """A flipped byte can clear an attribute's type (fuzzing found it on the BERT fixture): onnx-ir
+    then reads no value, and a rule asking for the Constant's tensor crashed instead of refusing."""
+    from onnx import TensorProto, helper
+
+    def model(attribute_type, keep_tensor=True):
+        constant = helper.make_node("Constant", [], ["c"], name="the_constant",
+                                    value=helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0]))
+        constant.attribute[0].type = attribute_type
+        if not keep_tensor:
+            constant.attribute[0].ClearField("t")
+        add = helper.make_node("Add", ["x", "c"], ["y"], name="adder")
+        graph = helper.make_graph([constant, add], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    untyped = model(onnx.AttributeProto.UNDEFINED)
+    with pytest.raises(ModelLoadError, match=r"node #0 'the_constant' \(Constant\) of the main graph has attribute "
+                                             r"'value' without a type"):
+        optimize(untyped)
+    with pytest.raises(ModelLoadError, match="attribute 'value' without a type"):
+        runtime.InferenceSession(untyped.SerializeToString())
+    with pytest.raises(ModelLoadError, match="has attribute 'value' of type TENSOR without its value"):
+        load_model(model(onnx.AttributeProto.TENSOR, keep_tensor=False))
+    assert runtime.InferenceSession(model(onnx.AttributeProto.TENSOR).SerializeToString()).run(
+        None, {"x": np.array([1.0, 1.0], np.float32)})[0].tolist() == [2.0, 3.0]
