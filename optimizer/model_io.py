@@ -112,7 +112,17 @@ def load_model(
     if base_dir is not None:
         ir_external_data.set_base_dir(model.graph, os.fspath(base_dir))
     _negative_dims_unknown(model)
+    _default_domain_as_empty(model)
     return model
+
+
+def _default_domain_as_empty(model: ir.Model) -> None:
+    """ONNX's own domain imported as "ai.onnx" is imported as "" (its other name): rules and kernels
+    look it up by "", and a rule adding an ONNX node would otherwise import "" a second time at 1."""
+    for imports in (model.opset_imports, *(function.opset_imports for function in model.functions.values())):
+        if "ai.onnx" in imports:
+            version = imports.pop("ai.onnx")
+            imports[""] = max(version, imports.get("", version))
 
 
 def _negative_dims_unknown(model: ir.Model) -> None:

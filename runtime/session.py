@@ -43,7 +43,7 @@ from runtime.kernels.base import Kernel
 from runtime.kernels.libraries import using as using_libraries
 from runtime.memory import keep_freed_memory
 from runtime.options import SessionOptions
-from runtime.plan import Plan
+from runtime.plan import Plan, normalize_domain
 from runtime.profiler import ACTIVE_PROFILER, Profiler, provider_name
 from runtime.providers import backend_for
 from runtime.threads import limit_blas_threads
@@ -157,7 +157,7 @@ class InferenceSession:
         chose = time.perf_counter_ns()
         with using_libraries(self._libraries):
             self._executor = GraphExecutor(
-                model.graph, opsets=dict(model.opset_imports), backend=backend, extra_kernels=extra_kernels
+                model.graph, opsets=_opsets(model), backend=backend, extra_kernels=extra_kernels
             )
         plan = self._executor.plan
         if plan.outer_slots:
@@ -363,6 +363,13 @@ def _check_feed(spec: _InputSpec, value: Any) -> Any:
                     f"(shape {spec.shape}, got {list(array.shape)})"
                 )
     return array
+
+
+def _opsets(model: ir.Model) -> dict[str, int]:
+    """The model's opset imports (ONNX's own domain under either of its names, "" or "ai.onnx"), and
+    onnxruntime's own domain at version 1 where the model uses it without importing it (hand-made
+    graphs do): onnxruntime reads every domain it knows so."""
+    return {"com.microsoft": 1} | {normalize_domain(domain): version for domain, version in model.opset_imports.items()}
 
 
 def _shape_key(value: Any) -> Any:

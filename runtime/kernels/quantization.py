@@ -282,9 +282,26 @@ def _per_output_channel(value, rank):
     return value.reshape(-1, *([1] * (rank - 1)))
 
 
+class ContribQuantizeLinear(QuantizeLinear):
+    """onnxruntime's own QuantizeLinear: ONNX's, written by its quantization tools where ONNX's
+    opset had no 16-bit types yet (QDQ models quantized to 16 bits)."""
+
+    domain = "com.microsoft"
+    since_version = 1
+
+
+class ContribDequantizeLinear(DequantizeLinear):
+    """onnxruntime's own DequantizeLinear, as ContribQuantizeLinear."""
+
+    domain = "com.microsoft"
+    since_version = 1
+
+
 KERNELS = [
     QuantizeLinear,
     DequantizeLinear,
+    ContribQuantizeLinear,
+    ContribDequantizeLinear,
     DynamicQuantizeLinear,
     QLinearMatMul,
     ConvInteger,

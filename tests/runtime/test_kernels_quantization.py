@@ -325,3 +325,20 @@ def test_per_axis_scale_of_the_wrong_length_names_the_node_and_axis():
     model = one_node_model("QuantizeLinear", inputs, 13, axis=1)
     with pytest.raises(ValueError, match=r"QuantizeLinear .*expected \[6\] for axis 1"):
         run_kernel(model, inputs)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int16, np.uint8])
+def test_onnxruntimes_own_quantize_and_dequantize_match_onnxruntime(dtype):
+    """com.microsoft QuantizeLinear/DequantizeLinear, which onnxruntime's tools write for 16-bit QDQ
+    models (its constant_folding_dequantizelinear.qdq16_contrib.onnx): ONNX's semantics, per axis too."""
+    x = (RNG.standard_normal((2, 3, 4)) * 50).astype(np.float32)
+    scale = np.array([0.02, 0.5, 0.1], np.float32)
+    zero_point = np.array([7, 0, 3], dtype)
+    quantize = one_node_model("QuantizeLinear", [x, scale, zero_point], 17, domain="com.microsoft", axis=1)
+    (ours,), (theirs,) = run_kernel(quantize, [x, scale, zero_point]), run_onnxruntime(quantize, [x, scale, zero_point])
+    assert ours.dtype == theirs.dtype == dtype
+    np.testing.assert_array_equal(ours, theirs)
+    inputs = [theirs, scale, zero_point]
+    dequantize = one_node_model("DequantizeLinear", inputs, 17, domain="com.microsoft", axis=1)
+    (ours,), (theirs,) = run_kernel(dequantize, inputs), run_onnxruntime(dequantize, inputs)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)

@@ -144,6 +144,36 @@ def test_a_dimension_declared_minus_one_accepts_any_size_as_onnxruntime_does(lev
         assert ours.run(None, {"x": np.zeros((2, width), np.float32)})[0].tolist() == [2, width]
 
 
+def test_an_onnxruntime_op_in_a_model_that_does_not_import_its_domain_runs_as_onnxruntime_runs_it():
+    """Hand-made graphs (onnxruntime's embed_layer_norm_format3.onnx) use com.microsoft ops without
+    importing the domain; onnxruntime reads them at version 1, and so do we."""
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", FLOAT, [2, 3])
+    node = helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)}
+    np.testing.assert_allclose(session(model).run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-3, atol=1e-4)
+
+
+def test_onnx_domain_imported_as_ai_onnx_is_read_as_the_default_domain():
+    """onnxruntime's attention_past_state.u8s8.onnx imports "ai.onnx" (the default domain's other
+    name): its MatMulInteger was refused, and a rule's new Gemm imported "" again at version 1."""
+    from optimizer import optimize
+
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", FLOAT, [2, 3])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx", 13)])
+    assert dict(optimize(model, level="extended").model.opset_imports) == {"": 13}
+    feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32)}
+    for level in ("disabled", "extended"):
+        ours = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level))
+        np.testing.assert_allclose(ours.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-3, atol=1e-4)
+
+
 def test_extended_level_fuses_and_still_matches_onnxruntime(tmp_path):
     bias = numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32), "bias")
     nodes = [
