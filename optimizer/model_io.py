@@ -9,8 +9,11 @@ A model is hostile until checked. Before any weight is read:
   - a ModelProto or bytes with external data needs the directory to be given (`base_dir`);
   - every tensor's bytes must match its declared shape and type (raw data, typed fields, and
     external offset/length against the file's size);
-  - node counts, declared tensor sizes and name lengths are bounded by `LoadLimits`.
-onnx-ir then reads external weights lazily (memory-mapped) from the checked files.
+  - node counts, declared tensor sizes and name lengths are bounded by `LoadLimits`, the node count
+    as it will be once the model's local functions are inlined (nested calls multiply).
+onnx-ir then reads external weights lazily (memory-mapped) from the checked files, and the calls of
+the model's local functions are replaced by their bodies, as onnxruntime does when it loads a model
+(exporters built on onnxscript write them).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import onnx
 import onnx_ir as ir
 from onnx_ir import external_data as ir_external_data
+from onnx_ir.passes.common import InlinePass
 
 from optimizer.text import shorten
 
@@ -113,6 +117,12 @@ def load_model(
         ir_external_data.set_base_dir(model.graph, os.fspath(base_dir))
     _negative_dims_unknown(model)
     _default_domain_as_empty(model)
+    if model.functions:
+        try:
+            InlinePass()(model)
+        except Exception as error:  # onnx-ir's pass errors (a call cycle, a malformed body) and those behind them
+            raise ModelLoadError(f"{label}: its local functions cannot be inlined ({type(error).__name__}: "
+                                 f"{shorten(str(error), 300)})") from error
     return model
 
 
@@ -178,6 +188,10 @@ def check_model_proto(
     nodes = sum(len(nodes) for _, nodes in graphs)
     if nodes > limits.max_nodes:
         raise ModelLoadError(f"{label}: {nodes} nodes is over the limit of {limits.max_nodes}")
+    inlined = _inlined_node_count(proto, label, limits.max_nodes)
+    if inlined > limits.max_nodes:
+        raise ModelLoadError(f"{label}: {inlined} nodes once its local functions are inlined, over the limit "
+                             f"of {limits.max_nodes}")
     _check_graph_texts(proto, label)
     for where, node_list in graphs:
         for index, node in enumerate(node_list):
@@ -217,6 +231,39 @@ def _check_attributes(node: onnx.NodeProto, which: str, label: str) -> None:
         if field is not None and not attribute.ref_attr_name and not attribute.HasField(field):
             kind = onnx.AttributeProto.AttributeType.Name(attribute.type)
             raise ModelLoadError(f"{label}: {which} has attribute '{name}' of type {kind} without its value")
+
+
+def _inlined_node_count(proto: onnx.ModelProto, label: str, limit: int) -> int:
+    """The main graph's nodes (its subgraphs' too) with every call of a local function counted as
+    its body: a hostile model nesting calls two by two would otherwise inline to 2**depth nodes.
+    Stops counting past `limit`; a function that calls itself, directly or not, is refused."""
+    functions = {(f.domain, f.name, f.overload): f for f in proto.functions}
+    counted: dict[tuple[str, str, str], int] = {}
+    calling: set[tuple[str, str, str]] = set()
+
+    def count(nodes) -> int:
+        total = 0
+        for node in nodes:
+            key = (node.domain, node.op_type, node.overload)
+            if key in functions:
+                if key in calling:
+                    raise ModelLoadError(f"{label}: local function {shorten(node.domain)}.{shorten(node.op_type)} "
+                                         "calls itself; its calls cannot be inlined")
+                if key not in counted:
+                    calling.add(key)
+                    counted[key] = count(functions[key].node)
+                    calling.discard(key)
+                total += counted[key]
+            else:
+                total += 1
+            for attribute in node.attribute:
+                for graph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                    total += count(graph.node)
+            if total > limit:
+                return total
+        return total
+
+    return count(proto.graph.node) if functions else 0
 
 
 def _check_graph_outputs(graph: onnx.GraphProto, label: str) -> None:

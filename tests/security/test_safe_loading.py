@@ -221,3 +221,38 @@ def test_an_attribute_without_its_type_or_value_is_a_load_error_naming_node_and_
         load_model(model(onnx.AttributeProto.TENSOR, keep_tensor=False))
     assert runtime.InferenceSession(model(onnx.AttributeProto.TENSOR).SerializeToString()).run(
         None, {"x": np.array([1.0, 1.0], np.float32)})[0].tolist() == [2.0, 3.0]
+
+
+def _function_model(depth: int, recursive: bool = False):
+    """f0 calls f1 twice, f1 calls f2 twice, ... f(depth) is one Relu: 2**depth Relus once inlined."""
+    from onnx import TensorProto, helper
+
+    functions = []
+    for level in range(depth + 1):
+        if level == depth and not recursive:
+            nodes = [helper.make_node("Relu", ["a"], ["b"])]
+        else:
+            callee = "f0" if level == depth else f"f{level + 1}"
+            nodes = [helper.make_node(callee, ["a"], ["t"], domain="local"),
+                     helper.make_node(callee, ["t"], ["b"], domain="local")]
+        functions.append(helper.make_function("local", f"f{level}", ["a"], ["b"], nodes,
+                                              [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]))
+    graph = helper.make_graph([helper.make_node("f0", ["x"], ["y"], domain="local")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, functions=functions,
+                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+
+
+def test_local_functions_are_inlined_and_their_inlined_size_is_bounded():
+    """A model's local functions run as onnxruntime runs them, inlined (onnxscript-based exporters
+    write them); calls nested two by two would inline to 2**depth nodes, and a function calling
+    itself never ends: both are refused before any inlining."""
+    model = load_model(_function_model(3))
+    assert not model.functions and [n.op_type for n in model.graph] == ["Relu"] * 8
+    x = np.array([-1.0, 2.0], np.float32)
+    assert runtime.InferenceSession(_function_model(3).SerializeToString()).run(None, {"x": x})[0].tolist() == [0.0, 2.0]
+    with pytest.raises(ModelLoadError, match=r"1048576 nodes once its local functions are inlined, over the limit of 1000000"):
+        load_model(_function_model(20))
+    with pytest.raises(ModelLoadError, match="local function local.f0 calls itself"):
+        optimize(_function_model(2, recursive=True))
