@@ -115,7 +115,6 @@ def load_model(
         raise ModelLoadError(f"{label}: malformed model ({type(error).__name__}: {shorten(str(error), 300)})") from error
     if base_dir is not None:
         ir_external_data.set_base_dir(model.graph, os.fspath(base_dir))
-    _negative_dims_unknown(model)
     _default_domain_as_empty(model)
     if model.functions:
         try:
@@ -123,6 +122,7 @@ def load_model(
         except Exception as error:  # onnx-ir's pass errors (a call cycle, a malformed body) and those behind them
             raise ModelLoadError(f"{label}: its local functions cannot be inlined ({type(error).__name__}: "
                                  f"{shorten(str(error), 300)})") from error
+    _negative_dims_unknown(model)
     return model
 
 
@@ -233,6 +233,9 @@ def _check_attributes(node: onnx.NodeProto, which: str, label: str) -> None:
             raise ModelLoadError(f"{label}: {which} has attribute '{name}' of type {kind} without its value")
 
 
+MAX_FUNCTION_DEPTH = 64  # calls within calls; a chain of thousands would exhaust Python's stack
+
+
 def _inlined_node_count(proto: onnx.ModelProto, label: str, limit: int) -> int:
     """The main graph's nodes (its subgraphs' too) with every call of a local function counted as
     its body: a hostile model nesting calls two by two would otherwise inline to 2**depth nodes.
@@ -249,6 +252,9 @@ def _inlined_node_count(proto: onnx.ModelProto, label: str, limit: int) -> int:
                 if key in calling:
                     raise ModelLoadError(f"{label}: local function {shorten(node.domain)}.{shorten(node.op_type)} "
                                          "calls itself; its calls cannot be inlined")
+                if len(calling) >= MAX_FUNCTION_DEPTH:
+                    raise ModelLoadError(f"{label}: local functions call each other more than "
+                                         f"{MAX_FUNCTION_DEPTH} deep")
                 if key not in counted:
                     calling.add(key)
                     counted[key] = count(functions[key].node)

@@ -256,3 +256,6 @@ def test_local_functions_are_inlined_and_their_inlined_size_is_bounded():
         load_model(_function_model(20))
     with pytest.raises(ModelLoadError, match="local function local.f0 calls itself"):
         optimize(_function_model(2, recursive=True))
+    chain = _function_model(3000)  # refused for its depth before it could exhaust Python's stack
+    with pytest.raises(ModelLoadError, match="local functions call each other more than 64 deep"):
+        load_model(chain)
