@@ -106,6 +106,9 @@ class _Convolution(Kernel):
     """The attributes every convolution reads (Conv, ConvTranspose, NhwcFusedConv), and a
     cache for the plan each one makes per input shape."""
 
+    # Whether oneDNN's convolution primitive computes this op (ConvTranspose: not).
+    on_onednn = True
+
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
         self.auto_pad = _read_auto_pad(self)
@@ -119,7 +122,8 @@ class _Convolution(Kernel):
         weight = node.inputs[1] if len(node.inputs) > 1 else None
         self._library_weight = None
         if (
-            weight is not None
+            self.on_onednn
+            and weight is not None
             and weight.const_value is not None
             and not weight.is_graph_input()
             and weight.const_value.dtype == ir.DataType.FLOAT
@@ -223,12 +227,12 @@ class Conv(_Convolution):
 class ConvTranspose(_Convolution):
     op_type = "ConvTranspose"
     since_version = 1
+    # oneDNN's convolution primitive computes Conv, not the transpose: a ConvTranspose with as many
+    # outputs as inputs passed its weight check and ran as a Conv.
+    on_onednn = False
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
-        # Never on oneDNN: its convolution primitive computes Conv, not the transpose (a
-        # ConvTranspose with as many outputs as inputs passed its weight check and ran as a Conv).
-        self._library_weight = None
         self.output_padding = self.attr("output_padding")
         self.output_shape = self.attr("output_shape")
 

@@ -585,7 +585,7 @@ def _as_strings(x: np.ndarray) -> np.ndarray:
     text = x.astype(np.str_)
     if x.dtype.kind == "f":
         wide = x.astype(np.float64)
-        text = np.where(np.isnan(wide), "NaN", np.where(np.isposinf(wide), "INF", np.where(np.isneginf(wide), "-INF", text)))
+        text = np.select([np.isnan(wide), np.isposinf(wide), np.isneginf(wide)], ["NaN", "INF", "-INF"], text)
     return text
 
 

@@ -8,6 +8,7 @@ another exception — which would crash a job with a traceback instead of a reas
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import onnx
@@ -20,6 +21,8 @@ from optimizer import ModelLoadError, optimize
 from runtime.errors import GraphPlanError, InvalidFeedError, NodeExecutionError, UnsupportedModelError
 from service.engines.feeds import FeedError, make_feeds
 
+# Examples per strategy: 60 in `make test`; FUSIONWATCH_FUZZ_EXAMPLES=4000 for a longer hunt.
+EXAMPLES = int(os.environ.get("FUSIONWATCH_FUZZ_EXAMPLES", "60"))
 CLEAN_ERRORS = (ModelLoadError, UnsupportedModelError, GraphPlanError, InvalidFeedError, NodeExecutionError, FeedError)
 FIXTURES = ["tests/models/resnet_tiny_opset17.onnx", "tests/models/bert_static_torchscript_opset14.onnx"]
 
@@ -44,7 +47,7 @@ def _fixture(index: int) -> bytes:
     return open(FIXTURES[index], "rb").read()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @example(which=1, flips=[(0.0029198018212461823, 0)])  # found by a longer run: an attribute's type cleared
 @given(which=st.integers(0, len(FIXTURES) - 1), flips=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)), min_size=1, max_size=8))
 def test_random_byte_flips_end_cleanly(which, flips):
@@ -62,7 +65,7 @@ EDITS = ("drop_node", "rewire_input", "drop_initializer", "change_int_attribute"
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @example(which=0, edits=[("rewire_input", 207, 0), ("rewire_input", 207, -1)])  # found by a longer run: a Conv's bias
 @given(which=st.integers(0, len(FIXTURES) - 1), edits=st.lists(st.tuples(st.sampled_from(EDITS), st.integers(0, 10_000), st.integers(-3, 64)), min_size=1, max_size=4))
 def test_random_graph_edits_end_cleanly(which, edits):
