@@ -108,6 +108,27 @@ LEVELS: dict[str, list[Rule]] = {
 # Rules that change numerics run only when the caller opts in.
 OPT_IN_RULES = frozenset({"GeluApproximation"})
 
+# Which rules produce the op another rule anchors on (its `anchors` among their `emits`), in the
+# order they run (a rule feeding itself, as ReshapeFusion does, is not listed). When a rule stops
+# firing, the cause is often here: a tanh GELU that GeluFusion does not recognise leaves
+# BiasGeluFusion without its Gelu. Opt-in rules are left out (the service never runs them);
+# tests/optimizer/test_rule_dependencies.py checks this list against the rules' anchors and emits.
+RULE_DEPENDENCIES: dict[str, list[str]] = {
+    "BiasGeluFusion": ["GeluFusion", "FastGeluFusion"],
+    "SkipLayerNormFusion": ["LayerNormFusion", "SimplifiedLayerNormFusion"],
+    "EmbedLayerNormFusion": ["LayerNormFusion"],
+    "GroupQueryAttentionFusion": ["AttentionFusion"],
+    "MatMulScaleFusion": ["MatmulTransposeFusion"],
+    "MatmulTransposeFusion": ["MatMulScaleFusion"],
+    "GemmActivationFusion": ["MatMulAddFusion"],
+    "ConvActivationFusion": ["ConvBNFusion", "ConvMulFusion", "ConvAddFusion"],
+}
+
+
+def rule_dependencies(rule: str) -> list[str]:
+    """The rules whose products `rule` anchors on ([] for a rule that needs none)."""
+    return list(RULE_DEPENDENCIES.get(rule, []))
+
 
 def known_rule_names() -> list[str]:
     return sorted({rule.name for rules in LEVELS.values() for rule in rules})
