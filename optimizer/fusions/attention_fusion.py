@@ -40,8 +40,12 @@ Q (back in [B, S, hidden]) and K, V in heads, the probe checking the Kᵀ chain 
 When K and V in heads are Concats onto a per-layer past_key / past_value (Hugging Face's cache),
 the Concats go into the op as its past inputs and present outputs.
 
-Dropped on purpose: the NaN guard after Softmax (IsNaN -> Where(0)). It only differs for a
-query row whose every key is masked (all padding); the fused op then yields NaN there.
+The NaN guard after Softmax (IsNaN -> Where(0), SDPA's answer to a query row whose every key is
+masked with -inf: a left-padded row's first positions under a causal mask, an all-zero mask row)
+moves after the fused op as Where(IsNaN(output), 0, output). The fused op's softmax yields NaN for
+exactly the rows the guard zeroes (every logit -inf, or a NaN/inf score), and there the guarded
+subgraph's row is 0·V = 0, so the two agree on every input whose V is finite; where V itself holds
+NaN or inf the subgraph's output is NaN already.
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ class AttentionFusion(Rule):
         if guard is not None:
             core += guard
             probs = guard[-1].outputs[0]
+        guard_zero = const_array(guard[1].inputs[1]) if guard is not None else None
         pv = _data_consumer(probs)
         if not is_op(pv, "MatMul") or pv.inputs[0] is not probs:
             found = describe(pv) if pv is not None else f"{len(consumers(probs))} consumers"
@@ -161,7 +166,8 @@ class AttentionFusion(Rule):
                 # Q, K and V may arrive already projected and split into heads, with work between the
                 # projection and the product (Llama's rotary embedding and grouped-query K/V repeat):
                 # then the fused op is MultiHeadAttention on those heads.
-                heads_form = self._match_heads(graph, softmax, core, qk, pv, scale, k_transposed, mask, fill)
+                heads_form = self._match_heads(graph, softmax, core, qk, pv, scale, k_transposed, mask, fill,
+                                                 guard_zero)
                 if isinstance(heads_form, Match):
                     return heads_form
                 reason = f"{role} projection {path}"
@@ -211,6 +217,11 @@ class AttentionFusion(Rule):
             presents = [present] if present is not None else []
         fill = packed_fill
         core += causal_nodes
+        if fill is not None and not _absorbs_scores(fill[0]):
+            return fail("mask", f"{describe(fill[0])} fills masked scores with {_fill_value(fill[0]):g}, which does not "
+                        f"absorb a score added to it (only ≤ {ABSORBING_FILL:g} does in float32): a query row whose every "
+                        "key is masked gets uniform weights from the graph, softmax of its scores from the fused op",
+                        fill[0])
 
         # --- mask: an additive bias the fused op can broadcast ------------------------------
         padding = None
@@ -236,7 +247,7 @@ class AttentionFusion(Rule):
             captures={
                 "graph": graph, "anchor": softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
                 "present": bool(presents), "past": past[0] if past is not None else None,
-                "unidirectional": unidirectional,
+                "unidirectional": unidirectional, "guard_zero": guard_zero,
                 "fill": fill[0] if fill is not None else None,
                 "num_heads": num_heads, "scale": scale,
                 "flat_output": flat_output, "hidden": num_heads * head_size,
@@ -262,12 +273,13 @@ class AttentionFusion(Rule):
         else:
             inputs = [query, k4, v4] + ([None, None, bias] if bias is not None else [])
             output = op.op("MultiHeadAttention", inputs, attributes, domain=MS, name=name)
+        output = _guarded(op, match, output)
         if match.flat_output:
             shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
             output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
         return [output, *presents]
 
-    def _match_heads(self, graph, softmax, core, qk, pv, scale, k_transposed, mask, fill):
+    def _match_heads(self, graph, softmax, core, qk, pv, scale, k_transposed, mask, fill, guard_zero):
         """The block over Q, K, V already in heads, [B, N, S, H], as MultiHeadAttention: a Match, or
         why not (a string), or None when Q is not such a tensor at all."""
         q4, v4 = qk.inputs[0], pv.inputs[1]
@@ -307,6 +319,9 @@ class AttentionFusion(Rule):
         if isinstance(out, str):
             return out
         out_nodes, out_value, flat_output = out
+        if fill is not None and not _absorbs_scores(fill[0]):
+            return (f"{describe(fill[0])} fills masked scores with {_fill_value(fill[0]):g}, which does not absorb a "
+                    "score added to it: a query row whose every key is masked would differ")
         if fill is not None and _check_mask(fill[0].inputs[0], num_heads) is not None:
             return _check_mask(fill[0].inputs[0], num_heads)[0]
         padding = None
@@ -328,6 +343,7 @@ class AttentionFusion(Rule):
                 "cache": cache[2:] if cache is not None else None,
                 "graph": graph, "anchor": softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
                 "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
+                "guard_zero": guard_zero,
                 "num_heads": num_heads, "scale": scale, "flat_output": flat_output, "hidden": num_heads * head_size,
             },
         )
@@ -360,6 +376,7 @@ class AttentionFusion(Rule):
         presents = []
         if match.past is not None:  # past (2, B, N, P, H) in, the stacked present out (onnxruntime wants it)
             output, present = op.op_multi_out("Attention", inputs, attributes, domain=MS, num_outputs=2, name=name)
+            output = _guarded(op, match, output)
             return [output, present] if match.present else [output]
         if match.present:  # present (2, B, N, S, H): key and value as the cache Concats returned them
             output, present = op.op_multi_out("Attention", inputs, attributes, domain=MS, num_outputs=2, name=name)
@@ -368,6 +385,7 @@ class AttentionFusion(Rule):
                 presents.append(op.op("Gather", [present, at], {"axis": 0}, name=f"{name}/present_{role}"))
         else:
             output = op.op("Attention", inputs, attributes, domain=MS, name=name)
+        output = _guarded(op, match, output)
         if match.flat_output:  # the block's consumer took [B*S, hidden] (dynamo GPT-2's Gemm)
             shape = _unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
             output = op.op("Reshape", [output, shape], name=f"{self.name}/{match.anchor}/flatten")
@@ -565,6 +583,20 @@ def _mask_fill(node: ir.Node | None) -> tuple[ir.Node, ir.Value] | None:
     return None
 
 
+# A fill this large swallows any finite score added to it in float32 (half its ulp is ~1e22), so the
+# additive bias Where(c, fill, 0) + scores equals the masked_fill Where(c, fill, scores) exactly,
+# fully masked rows (uniform weights either way) included.
+ABSORBING_FILL = -1e30
+
+
+def _fill_value(where: ir.Node) -> float:
+    return next(float(a.reshape(())) for a in (const_array(v) for v in where.inputs[1:]) if a is not None and a.size == 1)
+
+
+def _absorbs_scores(where: ir.Node) -> bool:
+    return _fill_value(where) <= ABSORBING_FILL
+
+
 def _fill_bias(op: ir.tape.Tape, match: Match) -> ir.Value:
     where = match.fill
     fill_side = 1 if const_array(where.inputs[1]) is not None and const_array(where.inputs[1]).size == 1 else 2
@@ -670,6 +702,16 @@ def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
         if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (None, 4):
             return scores, mask
     return None, None
+
+
+def _guarded(op: ir.tape.Tape, match: Match, output: ir.Value) -> ir.Value:
+    """The subgraph's NaN guard, moved after the fused op: Where(IsNaN(output), 0, output)."""
+    if match.guard_zero is None:
+        return output
+    name = f"{AttentionFusion.name}/{match.anchor}"
+    zero = _unique_initializer(op, match.graph, np.zeros((), match.guard_zero.dtype), "attention_guard_zero")
+    isnan = op.op("IsNaN", [output], name=f"{name}/masked_rows")
+    return op.op("Where", [isnan, zero, output], name=f"{name}/guard")
 
 
 def _nan_guard(softmax: ir.Node) -> list[ir.Node] | None:

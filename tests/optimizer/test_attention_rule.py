@@ -141,6 +141,18 @@ def test_masked_fill_becomes_an_additive_bias():
     assert_same_outputs(original, model, _small_feeds())
 
 
+def test_masked_fill_too_small_to_absorb_the_scores_is_a_near_miss():
+    # Where(keep, scores, -10000) gives a fully masked row uniform weights; as a bias, -10000 + scores
+    # would give it softmax(scores). Only a fill that swallows the score (finfo.min, -inf) is exact.
+    original = patterns.self_attention(mask_form="fill")
+    fill = next(t for t in original.graph.initializer if t.name == "fill")
+    fill.CopyFrom(onnx.numpy_helper.from_array(np.array(-10000.0, np.float32), "fill"))
+    _, fired, near_misses = _attention_only(original)
+    assert fired == 0
+    (miss,) = near_misses
+    assert miss.step == "mask" and "does not absorb a score added to it" in miss.reason
+
+
 @pytest.mark.parametrize("batch_padding", [False, True])
 def test_raw_padding_mask_becomes_mask_index(batch_padding):
     # (1 - attention_mask[:, None, None, :]) * -10000 is what onnxruntime passes as the 2-D
