@@ -164,8 +164,9 @@ def _apply(
     """One rule over the whole graph; returns how many times it fired."""
     started = time.perf_counter()
     if not rule.anchors:
-        fired = rule.run_on_graph(graph)
-        near_misses.extend(_near_miss(rule, node, failure) for node, failure in rule.graph_misses)
+        misses: list[tuple[ir.Node, Fail]] = []
+        fired = rule.run_on_graph(graph, misses)
+        near_misses.extend(_near_miss(rule, node, failure) for node, failure in misses)
     else:
         fired = 0
         candidates = (anchor_index or _AnchorIndex(graph)).nodes_for(tuple(rule.anchors))

@@ -1,11 +1,13 @@
 """onnx's C++ functions (shape inference) called on our onnx-ir model, leaving the model as it was.
 
-onnx-ir's `call_onnx_api` hands onnx the graph without its large weights: it turns every
-initializer into a graph input, takes the weights over 1 KB out, serializes, calls, and puts
-everything back. It serializes before its `try`, so when serializing fails (a lazily packed
-weight whose computation raises, say) the model keeps every initializer as a graph input with
-its large weights gone, and every rule after that sees no constants. This wrapper puts the
-inputs, initializers and weights back whatever fails, and lets the error through.
+onnx's functions take a serialized ModelProto, and serializing a model's weights costs more than
+inferring its graph (and cannot be done at all above 2 GB). So the call gets the graph with every
+initializer turned into a graph input (typed and shaped, as inference needs) and the values of those
+over BIG_TENSOR_BYTES left out; small ones stay, since shape arithmetic reads them. Whatever happens
+(serializing can fail too: a lazily packed weight whose computation raises), the model gets its
+inputs, initializers and weights back, and the error goes through.
+
+onnx-ir's own helper for this is private, and restores nothing when serializing fails.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from typing import TypeVar
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common._c_api_utils import call_onnx_api
 
 _R = TypeVar("_R")
+
+BIG_TENSOR_BYTES = 1000  # values above this are left out of the serialized copy
 
 
 def call_onnx(func: Callable[[onnx.ModelProto], _R], model: ir.Model) -> _R:
@@ -25,12 +28,20 @@ def call_onnx(func: Callable[[onnx.ModelProto], _R], model: ir.Model) -> _R:
     inputs = list(graph.inputs)
     initializers = [(value, value.const_value) for value in graph.initializers.values()]
     try:
-        return call_onnx_api(func, model)
-    except BaseException:
+        for value, tensor in initializers:
+            if tensor is not None:
+                value.shape = value.shape if value.shape is not None else tensor.shape
+                value.dtype = value.dtype if value.dtype is not None else tensor.dtype
+            if value not in graph.inputs:
+                graph.inputs.append(value)
+            if tensor is None or tensor.nbytes > BIG_TENSOR_BYTES:
+                value.const_value = None
+                graph.initializers.pop(value.name)
+        return func(ir.serde.serialize_model(model))
+    finally:
         for value, tensor in initializers:
             value.const_value = tensor
             if value.name not in graph.initializers:
                 graph.initializers.add(value)
         graph.inputs.clear()
         graph.inputs.extend(inputs)
-        raise

@@ -7,9 +7,13 @@ A rule looks at one anchor node at a time. `match` returns
     question the product answers, so every anchor that did not fire gets an answer; a rule
     returning `None` gets the driver's generic one, which says less than the rule could,
   - a `Match` naming the nodes to remove and the values the rewrite will replace.
-The driver (optimizer/optimize.py) checks the safety rules every fusion shares — no
+The driver (optimizer/driver.py) checks the safety rules every fusion shares — no
 intermediate value may be a graph output or feed a node outside the match — so each
 rule only describes its own pattern.
+
+Rule objects are created once (levels.py) and shared by every optimization in the process, possibly
+at the same time in several threads: a rule keeps nothing between calls. What a call learns goes
+into its arguments or its return value.
 """
 
 from __future__ import annotations
@@ -77,21 +81,24 @@ class Rule:
     # Rules after which the driver re-runs shape inference: ones that turn shape arithmetic
     # into constants, so dimensions inference could only name become numbers.
     refines_shapes: ClassVar[bool] = False
-    # A whole-graph pass's near misses from its latest run: (node, why it was left alone).
-    graph_misses: list[tuple[ir.Node, Fail]] = []
 
     def match(self, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
         raise NotImplementedError
 
-    def rewrite(self, graph: ir.Graph, match: Match) -> list[ir.Node]:
-        """Build the replacement nodes; return them with outputs in `match.outputs` order.
+    def rewrite(self, op: ir.tape.Tape, match: Match) -> ir.Value | list[ir.Value]:
+        """Record the replacement nodes on `op` (`op.op("Gelu", [x], domain=MS)`); return their values
+        that stand for `match.outputs`, in that order.
 
-        The driver inserts them, rewires consumers and removes `match.nodes`.
+        The tape is not bound to the graph: the driver inserts its nodes and initializers, rewires
+        consumers and removes `match.nodes`.
         """
         raise NotImplementedError
 
-    def run_on_graph(self, graph: ir.Graph) -> int:
-        """Whole-graph passes (constant folding, say) override this; returns how many times it fired."""
+    def run_on_graph(self, graph: ir.Graph, near_misses: list[tuple[ir.Node, Fail]]) -> int:
+        """Whole-graph passes (constant folding, say) override this; returns how many times it fired.
+
+        Nodes the pass could have changed and left alone go into `near_misses`, with the reason.
+        """
         raise NotImplementedError
 
     def __repr__(self) -> str:

@@ -21,11 +21,11 @@ import logging
 from collections import deque
 from functools import partial
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 
-from optimizer.match import const_array, static_shape
+from optimizer.data_propagation import data_prop_is_bounded
+from optimizer.match import static_shape
 from optimizer.onnx_api import call_onnx  # strips and restores weights
 from optimizer.shape_probe import forget_pinned, remember_unoptimized
 from optimizer.text import shorten
@@ -192,42 +192,6 @@ def _forget_negative_dims(model: ir.Model) -> None:
         shape = value.shape
         if shape is not None and any(isinstance(d, int) and d < 0 for d in shape):
             value.shape = ir.Shape([None if isinstance(d, int) and d < 0 else d for d in shape])
-
-
-# Ops whose output size comes from the values of an input (their "size" input) rather than its size.
-_GENERATORS = {"ConstantOfShape": 0, "Expand": 1, "Tile": 1, "Range": None}
-
-
-def data_prop_is_bounded(model: ir.Model) -> bool:
-    """Whether onnx's data propagation can run without materializing a huge tensor.
-
-    Data propagation computes shape-like values in C++, and a ConstantOfShape([2e9]) or a
-    Range(0, 2e9) followed by a Cast makes it allocate the whole result (std::bad_alloc, or
-    the machine's memory). Shape inference without it still types every value; it only loses
-    dimensions computed from shape arithmetic. So it is turned off when a generator op's size
-    comes from a constant above the folding budget, or a declared dimension is above it.
-    """
-    from optimizer.fusions.constant_folding import MAX_FOLDED_ELEMENTS, predicted_elements
-
-    declared = [*model.graph.inputs, *model.graph.outputs]
-    if any(isinstance(d, int) and d > MAX_FOLDED_ELEMENTS for v in declared if v.shape is not None for d in v.shape):
-        return False
-    for node in model.graph:
-        if node.domain not in ("", "ai.onnx") or node.op_type not in _GENERATORS:
-            continue
-        inputs = [None if v is None else const_array(v) for v in node.inputs]
-        index = _GENERATORS[node.op_type]
-        needed = inputs[:3] if index is None else [inputs[index]]
-        if any(a is None for a in needed):
-            continue
-        if inputs[0] is None:  # Expand's or Tile's data is not constant: its size is at least 1
-            inputs[0] = np.zeros((), np.bool_)
-        try:
-            if predicted_elements(node.op_type, inputs) > MAX_FOLDED_ELEMENTS:
-                return False
-        except (ValueError, IndexError, TypeError, ArithmeticError):
-            return False  # nonsense sizes: let inference type the graph without computing them
-    return True
 
 
 def _refine(value: ir.Value, inferred: ir.Shape | None) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from optimizer.data_propagation import data_prop_is_bounded
 from optimizer.match import MS
 from optimizer.onnx_api import call_onnx  # strips and restores weights
 from optimizer.text import shorten
@@ -93,8 +94,6 @@ def constant_dims(graph: ir.Graph, value: ir.Value) -> list[int | None] | None:
 
 def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
     """Both runs on one serialization of the graph (serializing costs more than inferring)."""
-    from optimizer.shape_inference import data_prop_is_bounded  # it imports this module
-
     model = ir.Model(graph, ir_version=10)
     if not data_prop_is_bounded(model):  # a huge generator: data propagation would allocate it
         return {}, {}

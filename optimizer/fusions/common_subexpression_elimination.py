@@ -11,13 +11,13 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import CommonSubexpressionEliminationPass
 
-from optimizer.rule import Rule
+from optimizer.rule import Fail, Rule
 
 
 class CommonSubexpressionElimination(Rule):
     name = "CommonSubexpressionElimination"
 
-    def run_on_graph(self, graph: ir.Graph) -> int:
+    def run_on_graph(self, graph: ir.Graph, near_misses: list[tuple[ir.Node, Fail]]) -> int:
         if any(_has_type_attribute(node) for node in graph):
             # onnx-ir's pass hashes attributes, and type attributes (Optional's `type`) are not
             # hashable; such graphs are rare (optional values), so they go without merging.

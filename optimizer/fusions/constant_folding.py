@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from optimizer import constant_eval
 from optimizer.match import const_array, is_const, is_op, opset
-from optimizer.rule import Rule, fail
+from optimizer.rule import Fail, Rule, fail
 from optimizer.text import preview
 
 # Folding trades run-time work for model-file bytes. A shape-sized result is a clear win;
@@ -57,13 +57,12 @@ class ConstantFolding(Rule):
     anchors = ()  # a whole-graph pass: folding one node makes its consumers foldable
     refines_shapes = True  # folded shape arithmetic lets inference name dims it could not
 
-    def run_on_graph(self, graph: ir.Graph) -> int:
-        self.graph_misses = []
+    def run_on_graph(self, graph: ir.Graph, near_misses: list[tuple[ir.Node, Fail]]) -> int:
         folded = 0
         fed_folded_nodes: dict[int, ir.Value] = {}
         graph_opset = opset(graph)
         for node in list(graph):  # topological order, so a folded result feeds the next node
-            arrays = self._fold(node, graph_opset)
+            arrays = _fold(node, graph_opset, near_misses)
             if arrays is None:
                 continue
             for value in node.inputs:
@@ -79,34 +78,35 @@ class ConstantFolding(Rule):
                 graph.initializers.pop(value.name)
         return folded
 
-    def _fold(self, node: ir.Node, graph_opset: int) -> list[np.ndarray] | None:
-        """The node's outputs when it can and should be folded, else None."""
-        if (node.domain or "") != "" or node.op_type in NONDETERMINISTIC:
-            return None
-        if any(v.is_graph_output() for v in node.outputs):
-            return None
-        if is_op(node, "Shape"):
-            return _static_shape(node, graph_opset)
-        if not constant_eval.can_evaluate(node):
-            return None
-        if any(v is not None and v.shape is not None and _too_big(v.shape) for v in node.outputs):
-            return None  # shape inference already says the result is activation-sized
-        if not all(v is None or is_const(v) for v in node.inputs):
-            return None
-        inputs = [None if v is None else const_array(v) for v in node.inputs]
-        try:
-            if predicted_elements(node.op_type, inputs) > MAX_FOLDED_ELEMENTS:
-                return None  # checked before evaluating so a huge result is never allocated
-            arrays = constant_eval.evaluate(node, inputs, graph_opset)
-        except constant_eval.NotEvaluable:
-            return None
-        except EVALUATION_ERRORS as error:
-            reason = f"{node.op_type} cannot be evaluated on its constant inputs: {type(error).__name__}: {error}"
-            self.graph_misses.append((node, fail("evaluate", reason)))
-            return None
-        if any(a.size > MAX_FOLDED_ELEMENTS for a in arrays):
-            return None
-        return arrays
+
+def _fold(node: ir.Node, graph_opset: int, near_misses: list[tuple[ir.Node, Fail]]) -> list[np.ndarray] | None:
+    """The node's outputs when it can and should be folded, else None."""
+    if (node.domain or "") != "" or node.op_type in NONDETERMINISTIC:
+        return None
+    if any(v.is_graph_output() for v in node.outputs):
+        return None
+    if is_op(node, "Shape"):
+        return _static_shape(node, graph_opset)
+    if not constant_eval.can_evaluate(node):
+        return None
+    if any(v is not None and v.shape is not None and _too_big(v.shape) for v in node.outputs):
+        return None  # shape inference already says the result is activation-sized
+    if not all(v is None or is_const(v) for v in node.inputs):
+        return None
+    inputs = [None if v is None else const_array(v) for v in node.inputs]
+    try:
+        if predicted_elements(node.op_type, inputs) > MAX_FOLDED_ELEMENTS:
+            return None  # checked before evaluating so a huge result is never allocated
+        arrays = constant_eval.evaluate(node, inputs, graph_opset)
+    except constant_eval.NotEvaluable:
+        return None
+    except EVALUATION_ERRORS as error:
+        reason = f"{node.op_type} cannot be evaluated on its constant inputs: {type(error).__name__}: {error}"
+        near_misses.append((node, fail("evaluate", reason)))
+        return None
+    if any(a.size > MAX_FOLDED_ELEMENTS for a in arrays):
+        return None
+    return arrays
 
 
 def _static_shape(node: ir.Node, graph_opset: int) -> list[np.ndarray] | None:

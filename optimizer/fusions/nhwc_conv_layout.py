@@ -57,7 +57,7 @@ from optimizer.match import (
     rank,
     sole_consumer,
 )
-from optimizer.rule import Rule, mark_created
+from optimizer.rule import Fail, Rule, mark_created
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
@@ -98,7 +98,7 @@ class NhwcTransformer(Rule):
         "com.fusionwatch.NhwcGlobalAveragePool",
     )
 
-    def run_on_graph(self, graph: ir.Graph) -> int:
+    def run_on_graph(self, graph: ir.Graph, near_misses: list[tuple[ir.Node, Fail]]) -> int:
         converted = 0
         for region in _regions(graph):
             if sum(1 for node in region if _role(node) == "conv") >= MIN_CONVOLUTIONS:

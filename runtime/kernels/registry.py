@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-# Each family module ends with `KERNELS = [...]`; uncomment a line when its module lands.
+# Each family module ends with `KERNELS = [...]`; this import list is the registry.
 from runtime.kernels import (
     activation,
     attention,
@@ -93,8 +93,3 @@ def find_kernel(domain: str, op_type: str, opset: int) -> type[Kernel] | None:
         if kernel.since_version <= opset:
             best = kernel
     return best
-
-
-def claimed_ops() -> list[tuple[str, str]]:
-    """Every (domain, op_type) some kernel implements, for error messages and conformance."""
-    return sorted(_BY_OP)
