@@ -76,8 +76,10 @@ conformance: $(DEVSTAMP)
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
 
+# tests/models/ (committed), then the zoo in var/zoo/ (generated, kept; models already made are skipped).
 fixtures: $(EXPSTAMP)
 	$(BIN)/python tools/make_fixtures.py
+	$(BIN)/python tools/make_zoo.py
 
 clean:
 	rm -rf $(VENV) var/*.db .pytest_cache

@@ -204,7 +204,7 @@ def _hf_example_inputs(kind: str, seq: int, vocab: int, batch: int = 1, padded: 
     return (input_ids, attention_mask)
 
 
-def _export(model: nn.Module, args: tuple, path: Path, *, exporter: str, opset: int,
+def export_onnx(model: nn.Module, args: tuple, path: Path, *, exporter: str, opset: int,
             input_names: list[str], output_names: list[str],
             dynamic_axes: dict[str, dict[int, str]] | None) -> None:
     """Export `model` to a single self-contained .onnx file.
@@ -318,7 +318,7 @@ def export_hf(kind: str, exporter: str, path, *, layers: int, hidden: int, heads
             if name.startswith("present_"):
                 axes[name] = {0: "batch", 2: "seq"}
     path = Path(path)
-    _export(model, args, path, exporter=exporter, opset=opset, input_names=HF_INPUTS[kind],
+    export_onnx(model, args, path, exporter=exporter, opset=opset, input_names=HF_INPUTS[kind],
             output_names=_hf_output_names(kind, layers), dynamic_axes=axes)
     if verify:
         # A second, padded input set; with dynamic axes it also uses another batch size.
@@ -380,7 +380,7 @@ def export_resnet(path, depth: int = 50, image: int = 224, *, depths=None, hidde
     axes = {"pixel_values": {0: "batch"}, "last_hidden_state": {0: "batch"},
             "pooler_output": {0: "batch"}} if dynamic else None
     path = Path(path)
-    _export(model, (x,), path, exporter="torchscript", opset=opset, input_names=names,
+    export_onnx(model, (x,), path, exporter="torchscript", opset=opset, input_names=names,
             output_names=["last_hidden_state", "pooler_output"], dynamic_axes=axes)
     if verify:
         sets = [(x,)]
