@@ -33,6 +33,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from service.ci.report import CiStep, ci_step
 from service.console import stdout_console
 
 API = "/api/v1"
@@ -249,45 +250,58 @@ def submit_command(
     models: Annotated[list[Path], typer.Argument(help="the commit's ONNX exports (.onnx, or .zip with external data)")],
     server: Annotated[str, typer.Option("--server", help="the service, e.g. http://127.0.0.1:8000 (with a write token in FUSIONWATCH_TOKEN; FUSIONWATCH_WEBHOOK_SECRET signs the delivery)")],
     project: Annotated[str, typer.Option("--project", help="project name")],
-    commit: Annotated[str, typer.Option("--commit", help="commit sha")],
-    branch: Annotated[str, typer.Option("--branch", help="branch the commit is on")] = "main",
-    parent: Annotated[list[str], typer.Option("--parent", help="parent commit sha (repeatable)")] = [],  # noqa: B006
-    message: Annotated[str, typer.Option("--message", help="commit message")] = "",
+    commit: Annotated[str | None, typer.Option("--commit", help="commit sha (in GitHub Actions and GitLab CI: the job's commit)")] = None,
+    branch: Annotated[str | None, typer.Option("--branch", help="branch the commit is on (default: the CI's, else main)")] = None,
+    parent: Annotated[list[str], typer.Option("--parent", help="parent commit sha (repeatable; in CI: the previous push, or a pull request's merge base)")] = [],  # noqa: B006
+    message: Annotated[str | None, typer.Option("--message", help="commit message")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="wait for the run, then print the diff and alerts")] = False,
     fail_on_regression: Annotated[
         bool, typer.Option("--fail-on-regression", help="exit 1 when the run's verdict is regression (implies --wait)")
     ] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for the run")] = 3600.0,
+    github_token: Annotated[str | None, typer.Option("--github-token", help="token for GitHub's API (default: GITHUB_TOKEN)")] = None,
+    gitlab_token: Annotated[str | None, typer.Option("--gitlab-token", help="api-scope token for GitLab's API (default: FUSIONWATCH_GITLAB_TOKEN)")] = None,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="in GitHub Actions or GitLab CI, report the verdict to the forge (implies --wait)")] = True,
 ) -> None:
     """Send a commit's model exports to the service: a CI step.
 
     With --wait, print each model's fused counts and timings against its baseline, and the alerts.
+    Inside GitHub Actions or GitLab CI the commit, branch and parents default to the job's, and the verdict is
+    reported there (a check run or commit status, and one pull-request comment or merge-request note).
     Exit 2 on errors (unreachable server, a request refused, a job that failed); with
-    --fail-on-regression, 1 on a regression (which wins over a failed job: it is the finding)."""
+    --fail-on-regression, 1 on a regression (which wins over a failed job: it is the finding). Reporting to
+    the forge never changes the exit code: its failures are warnings."""
     out = stdout_console()
     missing = [str(path) for path in models if not path.is_file()]
     if missing:
         fail(f"no such model file: {', '.join(missing)}")
+    step = ci_step(project, err, github_token, gitlab_token) if report else None
+    ref = commit_ref(step, commit, branch, parent, message)
     try:
         client = Server.at(server)
     except ServerError as error:
         fail(str(error))
     try:
-        answer = client.submit(project, CommitRef(commit, branch, parent, message), models)
+        answer = client.submit(project, ref, models)
         out.print(
             f"run {answer['run_id']}: {answer['jobs']} job(s) for {', '.join(answer['models'])} at commit "
-            f"{commit[:12]} — {client.http.base_url}{answer['run_url']}",
+            f"{ref.sha[:12]} — {client.http.base_url}{answer['run_url']}",
             highlight=False, markup=False,
         )
-        if not (wait or fail_on_regression):
+        if not (wait or fail_on_regression or step):
             return
         run = _wait_with_progress(client, answer["run_url"], timeout)
-        print_diff(out, client.diff(project, commit))
+        diff = client.diff(project, ref.sha)
+        print_diff(out, diff)
         print_alerts(out, run["alerts"])
+        if step is not None:
+            step.report(str(client.http.base_url), run, diff)
     except ServerError as error:
         fail(str(error))
     finally:
         client.close()
+        if step is not None:
+            step.close()
     out.print(f"verdict: [bold]{run['verdict']}[/bold] ({run['jobs_done']} of {run['jobs_total']} jobs done)")
     for job in run["jobs"]:
         if job["state"] == "failed":
@@ -297,6 +311,18 @@ def submit_command(
         raise typer.Exit(EXIT_REGRESSION)
     if run["jobs_failed"]:
         raise typer.Exit(EXIT_ERROR)
+
+
+def commit_ref(step: CiStep | None, sha: str | None, branch: str | None, parents: list[str],
+               message: str | None) -> CommitRef:
+    """The commit as given on the command line, what the CI job builds filling in what was not given."""
+    if sha is not None:
+        return CommitRef(sha, branch or (step.context.branch if step else "main"), parents, message or "")
+    if step is None:
+        fail("--commit is needed outside GitHub Actions and GitLab CI")
+    built = step.commit()
+    return CommitRef(built.sha, branch or built.branch, parents or built.parents,
+                     built.message if message is None else message)
 
 
 def _wait_with_progress(client: Server, run_url: str, timeout_s: float) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def commit_diff(session: Session, project: Project, sha: str) -> dict[str, Any]:
                 "ops": {op: c for op, c in _changes(baseline.ops_after if baseline else {}, result.ops_after).items()
                         if op in ops and c["before"] != c["after"]},
                 "median_ms": {"before": baseline.median_ms if baseline else None, "after": result.median_ms,
-                              "change_pct": _pct(baseline.median_ms if baseline else None, result.median_ms)},
+                              "change_pct": _pct(baseline.median_ms if baseline else None, result.median_ms),
+                              "p10": result.p10_ms, "p90": result.p90_ms},
                 "top_kernels": result.top_kernels,
                 "kernel_libraries": {"before": baseline.kernel_libraries if baseline else None,
                                      "after": result.kernel_libraries},
