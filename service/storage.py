@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import io
+import lzma
 import os
 import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.text import shorten
 from service.errors import Invalid, TooLarge
 
 # Names stay plain: no directories, no hidden files, nothing a shell or a path join reads twice.
@@ -87,12 +90,34 @@ def _unzip(upload: tuple[str, bytes], max_bytes: int) -> list[tuple[str, bytes]]
     for member in members:
         if "/" in member.filename.strip("/") or member.filename.startswith(("/", "\\")) or ".." in member.filename:
             raise Invalid(f"{name}: member {member.filename[:80]!r} is in a folder; the archive must be flat")
+        out.append((member.filename, _read_member(archive, member, name)))
+    return out
+
+
+# Python's zipfile inflates these; anything else (method 99 is WinZip's AES) raises NotImplementedError.
+_READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+                     zipfile.ZIP_LZMA: "lzma"}
+
+
+def _read_member(archive: zipfile.ZipFile, member: zipfile.ZipInfo, name: str) -> bytes:
+    """The member's bytes, read no further than it declares; a member the archive cannot give back
+    whole and intact (encrypted, an unknown method, a broken local header, a bad CRC, sizes that lie)
+    is refused naming it."""
+    which = f"{name}: member {member.filename[:80]!r}"
+    if member.flag_bits & 0x1:
+        raise Invalid(f"{which} is encrypted; upload an archive without a password")
+    if member.compress_type not in _READABLE_METHODS:
+        raise Invalid(f"{which} uses compression method {member.compress_type}; "
+                      f"use one of {', '.join(_READABLE_METHODS.values())}")
+    try:
         with archive.open(member) as handle:
             content = handle.read(member.file_size + 1)
-        if len(content) != member.file_size:
-            raise Invalid(f"{name}: member {member.filename[:80]!r} is not the size it declares")
-        out.append((member.filename, content))
-    return out
+    # zipfile's own errors for a damaged member, and those of the decompressors behind it.
+    except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, OSError, EOFError, ValueError) as error:
+        raise Invalid(f"{which} cannot be read ({shorten(str(error), 120)})") from error
+    if len(content) != member.file_size:
+        raise Invalid(f"{which} is not the size it declares")
+    return content
 
 
 def content_digest(model_name: str, files: dict[str, bytes]) -> str:
