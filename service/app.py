@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy.exc import OperationalError
 
+from optimizer.text import shorten
 from service import migrate, web
 from service.api.deps import Services
 from service.api.routes import alerts, bisect, health, metrics, projects, results, runs, webhooks
@@ -107,8 +108,10 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-        # One sentence naming the field, and never the submitted value (it may be a tensor's worth).
-        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()[:5]]
+        # One sentence naming the field, and never the submitted value (it may be a tensor's worth); a
+        # field named by a posted key is named by its start.
+        problems = [f"{'.'.join(shorten(str(p), 60) for p in e.get('loc', ()))}: {e.get('msg')}"
+                    for e in error.errors()[:5]]
         return JSONResponse({"detail": "; ".join(problems), "errors": problems}, status_code=422)
 
     # Health and the webhooks check their callers themselves (service/auth.py says who may do what).

@@ -126,12 +126,15 @@ def results_document(project: str, commit: CommitRef, measured: list[tuple[Path,
     the model named by its file name (the series a model repository's uploads of that file also feed)."""
     from service.core.config import settings
     from service.machine import describe_machine
+    from service.usecases.results import MAX_NEAR_MISSES
 
     return {
         "project": project,
         "commit": commit.to_json(),
         "machine": describe_machine(settings.machine_class),
-        "results": [{"model": path.name, **asdict(m)} for path, m in measured],
+        # The server keeps a result's first MAX_NEAR_MISSES near misses and refuses a document with more.
+        "results": [{"model": path.name, **asdict(m), "near_misses": m.near_misses[:MAX_NEAR_MISSES]}
+                    for path, m in measured],
     }
 
 

@@ -1,4 +1,8 @@
-"""Request bodies the API accepts (JSON); multipart forms are declared on their routes."""
+"""Request bodies the API accepts (JSON); multipart forms are declared on their routes.
+
+Every field is typed and bounded (service/schemas/fields.py): a document outside the bounds is a 422
+naming the field before anything is stored.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,20 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.models.vocabulary import ENGINES, LEVEL_NAMES
+from service.schemas.fields import (
+    INT64_MAX,
+    Count,
+    Error,
+    Key,
+    Milliseconds,
+    ModelName,
+    ProjectName,
+    Sha,
+    ShareMs,
+    Text,
+    line,
+)
+from service.usecases.results import MAX_NEAR_MISSES, MAX_SAMPLES
 
 
 class ProjectCreate(BaseModel):
@@ -24,50 +42,89 @@ class HookCreate(BaseModel):
 
 
 class CommitIn(BaseModel):
-    sha: str = Field(min_length=1, max_length=64)
-    branch: str = Field("main", max_length=255)
-    parents: list[str] = Field(default_factory=list, max_length=16)
-    message: str = Field("", max_length=10_000)
-    author: str = Field("", max_length=255)
+    sha: Sha
+    branch: line(255) = "main"
+    parents: list[Sha] = Field(default_factory=list, max_length=16)
+    message: Text = ""
+    author: line(255) = ""
     timestamp: datetime | None = None
 
 
 class CiWebhook(CommitIn):
-    project: str = Field(min_length=1, max_length=200)
+    project: ProjectName
 
 
 LibraryName = Annotated[str, StringConstraints(min_length=1, max_length=32)]
 
 
+class NearMissIn(BaseModel):
+    """optimizer.report.NearMiss as its to_dict() writes it."""
+
+    model_config = ConfigDict(extra="forbid")
+    rule: Key
+    anchor: line(400)
+    step: line(200) = ""
+    reason: line(1000, min_length=1)
+    barrier: line(400) | None = None
+    message: line(1500) | None = None
+
+
+class RuleStatsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    fired: Count = 0
+    ms: ShareMs = 0.0
+
+
+class KernelTimeIn(BaseModel):
+    """One of a run's slowest kernels (service/engines/result.py's top_kernels)."""
+
+    model_config = ConfigDict(extra="forbid")
+    op: Key
+    ms: ShareMs
+
+
 class ResultIn(BaseModel):
-    model: str = Field(min_length=1, max_length=255)
+    model_config = ConfigDict(extra="forbid")
+    model: ModelName
     engine: str = Field(pattern="^(" + "|".join(ENGINES) + ")$")
-    engine_version: str = Field(min_length=1, max_length=64)
+    engine_version: line(64, min_length=1)
     level: str = Field(pattern="^(" + "|".join(LEVEL_NAMES) + ")$")
-    fusions: dict[str, int]
-    ops_after: dict[str, int] = Field(default_factory=dict)
-    nodes_before: int | None = Field(None, ge=0)
-    nodes_after: int | None = Field(None, ge=0)
-    graph_hash: str | None = Field(None, max_length=64)
-    near_misses: list[dict[str, Any]] = Field(default_factory=list)
-    rules: dict[str, Any] = Field(default_factory=dict)
-    execute_ms: list[float] = Field(default_factory=list)
-    model_run_ms: list[float] = Field(default_factory=list)
-    top_kernels: list[dict[str, Any]] = Field(default_factory=list)
-    threads: int = Field(0, ge=0)
-    inputs: dict[str, str] = Field(default_factory=dict)
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
+    fusions: dict[Key, Count] = Field(max_length=2000)
+    ops_after: dict[Key, Count] = Field(default_factory=dict, max_length=2000)
+    nodes_before: Count | None = None
+    nodes_after: Count | None = None
+    graph_hash: str | None = Field(None, max_length=64, pattern="^[0-9A-Za-z]*$")
+    near_misses: list[NearMissIn] = Field(default_factory=list, max_length=MAX_NEAR_MISSES)
+    rules: dict[Key, RuleStatsIn] = Field(default_factory=dict, max_length=1000)
+    execute_ms: list[Milliseconds] = Field(default_factory=list, max_length=MAX_SAMPLES)
+    model_run_ms: list[Milliseconds] = Field(default_factory=list, max_length=MAX_SAMPLES)
+    top_kernels: list[KernelTimeIn] = Field(default_factory=list, max_length=100)
+    threads: Count = 0
+    inputs: dict[Key, line(300)] = Field(default_factory=dict, max_length=1000)
+    max_abs_error: Error | None = None
+    max_rel_error: Error | None = None
     numeric_ok: bool | None = None
-    peak_bytes: int | None = None
-    session_ms: float | None = None
-    canary_ms: float | None = Field(None, gt=0)  # service/canary.py, timed by the same job
+    peak_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
+    session_ms: Milliseconds | None = None
+    canary_ms: Milliseconds | None = None  # service/canary.py, timed by the same job
     # Our engine's kernel library per family (runtime/kernel_choice.py), e.g. {"gemm": "onednn"}.
     kernel_libraries: dict[LibraryName, LibraryName] = Field(default_factory=dict, max_length=8)
 
 
+class MachineIn(BaseModel):
+    """service/machine.py's describe_machine(); fields it does not write are ignored."""
+
+    machine_class: line(32, min_length=1) = "cpu"
+    hostname: line(255) = ""
+    cpu: line(255) = ""
+    cores: Count = 0
+    isa: list[line(32)] = Field(default_factory=list, max_length=64)
+    gpu: line(255) = ""
+    engine_versions: dict[line(64), line(64)] = Field(default_factory=dict, max_length=32)
+
+
 class ResultsDocument(BaseModel):
-    project: str = Field(min_length=1, max_length=200)
+    project: ProjectName
     commit: CommitIn
-    machine: dict[str, Any] | None = None
+    machine: MachineIn | None = None
     results: list[ResultIn] = Field(min_length=1, max_length=1000)

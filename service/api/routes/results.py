@@ -34,7 +34,7 @@ def create_results(
         c = document.commit
         commit = record_commit(session, project, c.sha, c.branch, c.parents, c.message, c.author, c.timestamp)
         run = record_only_run(session, project, commit, "results")
-        machine = get_or_create_machine(session, document.machine or {"machine_class": "cpu"})
+        machine = get_or_create_machine(session, document.machine.model_dump() if document.machine else {})
         alerts, series = [], []
         for item in document.results:
             model = _model_named(session, project, item.model)
