@@ -110,13 +110,15 @@ def _causes(alerts: list[dict[str, Any]]) -> dict[tuple, str]:
         if alert["kind"] != "fusion-regression":
             continue
         for change in alert.get("changes") or []:
-            cause = change.get("cause") or alert.get("cause")
+            cause = alert.get("cause_text")  # the server's own explanation, where it gives one
             if not cause:
                 misses = [m for m in alert.get("near_misses") or [] if m.get("rule") == change.get("rule")]
                 cause = "; ".join(f"{m.get('rule')}: {m.get('reason')}" for m in misses[:CAUSE_MISSES])
             rule = change.get("rule") or change["op"]
             what = "stopped firing" if not change.get("after") else "fired less"
-            causes[(alert["model"], alert["engine"], alert["level"], change["op"])] = (
+            # An alert may gather several engines' or levels' drops, each change naming its own.
+            key = (alert["model"], change.get("engine", alert["engine"]), change.get("level", alert["level"]), change["op"])
+            causes[key] = (
                 f"{rule} {what}: {cause}" if cause else f"{rule} {what}; no near misses reported")
     return causes
 

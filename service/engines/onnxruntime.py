@@ -31,7 +31,7 @@ import onnxruntime as ort
 from optimizer.levels import LEVELS
 from optimizer.match import op_key
 from runtime.options import ORT_LEVEL_NAMES
-from service.engines.base import failing_as
+from service.engines.base import EngineError, failing_as
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.feeds import describe_feeds, feeds_digest
 from service.engines.result import EngineResult, read_timings
@@ -189,3 +189,15 @@ def _options(level: ort.GraphOptimizationLevel, custom_ops: CustomOps) -> ort.Se
     # stderr beside its JSON logs, and every failure still surfaces as an exception.
     options.log_severity_level = 3
     return options
+
+
+def optimized_counts(
+    model_path: Path, level: str, disabled: tuple[str, ...] = (), custom_ops: CustomOps = NO_CUSTOM_OPS
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(ops_after, fusions) of onnxruntime at `level`, without timing a run: what `fusionwatch check` compares."""
+    member, value = graph_optimization_level(level)
+    with tempfile.TemporaryDirectory(prefix="fusionwatch-onnxruntime-") as name:
+        graph, error = OnnxruntimeEngine()._optimized_graph(model_path, member, value, Path(name), disabled, custom_ops)
+    if graph is None:
+        raise EngineError(OnnxruntimeEngine.name, level, model_path, error)
+    return count_ops(graph, onnx.load(str(model_path), load_external_data=False), level)
