@@ -1,0 +1,337 @@
+"""The scaled-dot-product core of an attention block, found from its Softmax (the sdpa stage).
+
+    Q -> MatMul(·, Kᵀ) -> [Mul/Div scale]* -> [Add mask | Where masked_fill] -> Softmax
+      -> [IsNaN/Where guard] -> MatMul(·, V)
+
+`match_sdpa` reads the products, the scale, the mask and GPT-2's causal Where; the stages after it
+(attention_packed.py: projections packed into com.microsoft.Attention; attention_heads.py: Q, K, V
+already in heads, MultiHeadAttention; group_query_attention_fusion.py: the repeated K/V heads of
+that, GroupQueryAttention) say how Q, K and V reach it. The mask and guard helpers here serve
+every stage's rewrite.
+
+Why the mask is passed as `attention_bias` rather than mapped to `mask_index`: current
+transformers builds the padding/causal mask with vmapped index arithmetic (Flatten+Gather or
+GatherND, And of comparisons); proving such a subgraph equals "attention_mask[b, j]" (and
+"j <= i") would need evaluating it. The exporter's own additive mask [B|1, 1|N, S, T] is
+exact by construction, and ONNX Runtime's CPU Attention broadcasts it over heads.
+
+The NaN guard after Softmax (IsNaN -> Where(0), SDPA's answer to a query row whose every key is
+masked with -inf: a left-padded row's first positions under a causal mask, an all-zero mask row)
+moves after the fused op as Where(IsNaN(output), 0, output). The fused op's softmax yields NaN for
+exactly the rows the guard zeroes (every logit -inf, or a NaN/inf score), and there the guarded
+subgraph's row is 0·V = 0, so the two agree on every input whose V is finite; where V itself holds
+NaN or inf the subgraph's output is NaN already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from optimizer.fusions.attention_causal import causal_kind
+from optimizer.fusions.attention_layout import RULE_NAME, LayoutProbe, data_consumer, unique_initializer
+from optimizer.match import (
+    MS,
+    ancestor,
+    attr,
+    const_array,
+    const_scalar,
+    consumers,
+    custom_ancestor,
+    describe,
+    input_at,
+    is_op,
+    producer,
+    rank,
+)
+from optimizer.rule import Fail, Match, fail
+
+
+@dataclass
+class Sdpa:
+    """What the stages after this one build on: the matched core and what it computes."""
+
+    softmax: ir.Node
+    qk: ir.Node  # the Q·Kᵀ product (MatMul, or FusedMatMul after MatMulScaleFusion)
+    pv: ir.Node  # probabilities @ V
+    scale: float
+    k_transposed: bool  # the K operand arrives as Kᵀ [B, N, H, T]
+    mask: ir.Value | None  # the additive mask
+    fill: tuple[ir.Node, ir.Value] | None  # a masked_fill Where and the scores it reads
+    packed_fill: tuple[ir.Node, ir.Value] | None  # the fill left once a causal Where became unidirectional
+    unidirectional: bool
+    causal_nodes: list[ir.Node]
+    guard_zero: np.ndarray | None  # the NaN guard's 0, when the block has one
+    core: list[ir.Node] = field(default_factory=list)
+
+
+def match_sdpa(softmax: ir.Node) -> Sdpa | Fail:
+    if rank(softmax.inputs[0]) not in (None, 4):
+        return fail("softmax", f"{describe(softmax)} normalizes a rank-{rank(softmax.inputs[0])} tensor, not "
+                    "[batch, heads, query, key] attention scores", softmax)
+    if attr(softmax, "axis", -1) not in (-1, 3):
+        return fail("softmax", f"{describe(softmax)} normalizes axis {attr(softmax, 'axis')}, not the key axis")
+    core: list[ir.Node] = [softmax]
+
+    # --- after Softmax: optional NaN guard, then probabilities @ V ---------------------
+    probs = softmax.outputs[0]
+    guard = _nan_guard(softmax)
+    if guard is not None:
+        core += guard
+        probs = guard[-1].outputs[0]
+    guard_zero = const_array(guard[1].inputs[1]) if guard is not None else None
+    pv = data_consumer(probs)
+    if not is_op(pv, "MatMul") or pv.inputs[0] is not probs:
+        found = describe(pv) if pv is not None else f"{len(consumers(probs))} consumers"
+        return fail("pv", f"Softmax output does not feed a MatMul with V as its right input (found {found})", pv)
+    core.append(pv)
+
+    # --- before Softmax: [Add mask] <- [scale]* <- MatMul(Q, Kᵀ) ------------------------
+    scores, mask = softmax.inputs[0], None
+    add = producer(scores)
+    if is_op(add, "Add"):
+        scores, mask = _split_mask(add)
+        if scores is None:
+            return fail("mask", f"neither input of {describe(add)} comes from the Q·Kᵀ MatMul", add)
+        core.append(add)
+    fill = _mask_fill(producer(scores))
+    if fill is not None:  # masked_fill: Where(mask, fill, scores) or Where(keep, scores, fill)
+        where, scores = fill
+        core.append(where)
+    elif is_op(producer(scores), "Where"):
+        where = producer(scores)
+        values = [const_scalar(v) for v in where.inputs[1:]]
+        shown = next((v for v in values if v is not None), None)
+        if shown is not None:
+            return fail("mask", f"{describe(where)} fills the scores with {shown:g}, not a large negative value "
+                        f"(≤ {MASK_FILL_LIMIT:g}): it does not mask them out", where)
+    scale, scores_nodes, qk = _walk_scale(scores)
+    if scale is None:
+        return fail("scores", f"the scores are scaled by a non-constant {describe(scores_nodes[-1])}", scores_nodes[-1])
+    core += scores_nodes
+    k_transposed = True  # the K operand arrives as Kᵀ [B, N, H, S]
+    if is_op(qk, "FusedMatMul", MS):  # MatMulScaleFusion / MatmulTransposeFusion ran first
+        if attr(qk, "transA", 0) or attr(qk, "transBatchA", 0) or attr(qk, "transBatchB", 0):
+            return fail("scores", f"{describe(qk)} transposes batch axes; not a Q·Kᵀ product")
+        scale *= attr(qk, "alpha", 1.0)
+        k_transposed = not attr(qk, "transB", 0)
+    elif not is_op(qk, "MatMul"):
+        return fail("scores", f"Softmax input does not come from a Q·Kᵀ MatMul (found {describe(qk)})", qk)
+    core.append(qk)
+    # GPT-2's causal mask, a Where on a slice of a constant triangle: Attention's unidirectional.
+    unidirectional, packed_fill, causal_nodes = False, fill, []
+    if fill is not None:
+        score_values = [qk.outputs[0], *(n.outputs[0] for n in scores_nodes)]
+        kind = causal_kind(fill[0].inputs[0], fill[0].inputs[1] is fill[1], LayoutProbe.scores_ints(score_values))
+        if not isinstance(kind, str):
+            (unidirectional, causal_nodes), packed_fill = kind, None
+        elif _reads_block(fill[0].inputs[0], core):  # kept as a bias, it would need the scores' shape
+            return fail("mask", f"the masked_fill condition is computed from the scores themselves, and {kind}",
+                        producer(fill[0].inputs[0]))
+    return Sdpa(softmax, qk, pv, scale, k_transposed, mask, fill, packed_fill, unidirectional, causal_nodes,
+                guard_zero, core)
+
+
+def fill_fails(where: ir.Node) -> Fail | None:
+    """Why a masked_fill cannot become an additive bias (its value does not absorb the scores), or None."""
+    if absorbs_scores(where):
+        return None
+    return fail("mask", f"{describe(where)} fills masked scores with {fill_value(where):g}, which does not absorb a "
+                f"score added to it (only ≤ {ABSORBING_FILL:g} does in float32): a query row whose every key is "
+                "masked gets uniform weights from the graph, softmax of its scores from the fused op", where)
+
+
+def scalar_operand(node: ir.Node) -> tuple[ir.Value | None, float]:
+    """For Mul/Div by a constant scalar: (data input, multiplier)."""
+    for data, const in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+        factor = const_scalar(const)
+        if factor is None:
+            continue
+        if is_op(node, "Div"):
+            if const is not node.inputs[1] or factor == 0.0:
+                return None, 0.0
+            return data, 1.0 / factor
+        return data, factor
+    return None, 0.0
+
+
+def _walk_scale(scores: ir.Value):
+    """Constant Mul/Div steps between the Q·Kᵀ MatMul and the mask Add: (scale, nodes, matmul)."""
+    scale, nodes = 1.0, []
+    node = producer(scores)
+    while is_op(node, "Mul") or is_op(node, "Div"):
+        data, factor = scalar_operand(node)
+        nodes.append(node)
+        if data is None:
+            return None, nodes, None
+        scale *= factor
+        node = producer(data)
+    return scale, nodes, node
+
+
+# A masked_fill value at or below this is "minus infinity" to softmax: exp(-1e4) underflows to 0.
+MASK_FILL_LIMIT = -1e4
+
+
+def _mask_fill(node: ir.Node | None) -> tuple[ir.Node, ir.Value] | None:
+    """(the Where, the scores) for a masked_fill: Where(c, fill, scores) or Where(c, scores, fill)
+    with fill a constant at or below MASK_FILL_LIMIT (DistilBERT, GPT-2's causal mask).
+
+    As an additive bias, Where(c, fill, 0) + scores, it gives every masked logit fill + score
+    instead of fill, which softmax weighs as 0 all the same; a row whose every key is masked is
+    the exception (uniform weights before, softmax of the scores after), as with the NaN guard."""
+    if not is_op(node, "Where"):
+        return None
+    for fill_side, data_side in ((1, 2), (2, 1)):
+        fill = const_array(node.inputs[fill_side])
+        if fill is not None and fill.size == 1 and float(fill.reshape(())) <= MASK_FILL_LIMIT:
+            return node, node.inputs[data_side]
+    return None
+
+
+# A fill this large swallows any finite score added to it in float32 (half its ulp is ~1e22), so the
+# additive bias Where(c, fill, 0) + scores equals the masked_fill Where(c, fill, scores) exactly,
+# fully masked rows (uniform weights either way) included.
+ABSORBING_FILL = -1e30
+
+
+def fill_value(where: ir.Node) -> float:
+    return next(float(a.reshape(())) for a in (const_array(v) for v in where.inputs[1:]) if a is not None and a.size == 1)
+
+
+def absorbs_scores(where: ir.Node) -> bool:
+    return fill_value(where) <= ABSORBING_FILL
+
+
+def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
+    """(scores, mask) for the Add before Softmax: scores are the side that reaches the Q·Kᵀ MatMul."""
+    for scores, mask in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        fill = _mask_fill(producer(scores))
+        _, _, matmul = _walk_scale(fill[1] if fill is not None else scores)
+        if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (None, 4):
+            return scores, mask
+    return None, None
+
+
+def _reads_block(value: ir.Value, block: list[ir.Node]) -> bool:
+    """Whether `value` is computed from an output of `block` (a Shape of the scores, say)."""
+    inside = {id(n) for n in block}
+    return ancestor(value, lambda node: id(node) in inside) is not None
+
+
+def _nan_guard(softmax: ir.Node) -> list[ir.Node] | None:
+    """Softmax -> IsNaN -> Where(isnan, 0, softmax): SDPA's guard for fully masked rows."""
+    users = consumers(softmax.outputs[0])
+    isnan = next((n for n in users if is_op(n, "IsNaN")), None)
+    where = next((n for n in users if is_op(n, "Where")), None)
+    if isnan is None or where is None or len(users) != 2:
+        return None
+    if where.inputs[0] is not isnan.outputs[0] or where.inputs[2] is not softmax.outputs[0]:
+        return None
+    zero = const_array(where.inputs[1])
+    if zero is None or zero.size != 1 or float(zero.reshape(())) != 0.0:
+        return None
+    return [isnan, where]
+
+
+def check_mask(mask: ir.Value, num_heads: int) -> tuple[str, ir.Node | None] | None:
+    """None when `mask` can be the fused op's attention_bias [B|1, 1|N, S, T]; else (reason, node)."""
+    if rank(mask) is None:
+        barrier = custom_ancestor(mask)
+        if barrier is not None:
+            return (f"mask path contains custom op {describe(barrier)}; its shape is unknown", barrier)
+        return (f"the rank of mask '{mask.name}' is unknown", producer(mask))
+    if rank(mask) != 4:
+        return (f"mask '{mask.name}' has rank {rank(mask)}, expected [batch, 1 or heads, query, key]", producer(mask))
+    heads_dim = mask.shape[1] if mask.shape is not None else None
+    if isinstance(heads_dim, int) and heads_dim not in (1, num_heads):
+        return (f"mask '{mask.name}' has {heads_dim} in the heads axis, not 1 or {num_heads}", producer(mask))
+    query_dim = mask.shape[2] if mask.shape is not None else None
+    if query_dim == 1:
+        return (f"mask '{mask.name}' is [batch, 1, 1, key]; the fused op needs one row per query", producer(mask))
+    return None
+
+
+def is_key_padding(mask: ir.Value) -> bool:
+    """A [B|1, 1, 1, T] mask: one row of key biases shared by every query (BERT's padding mask)."""
+    shape = mask.shape
+    return shape is not None and len(shape) == 4 and shape[1] == 1 and shape[2] == 1
+
+
+def raw_padding_mask(mask: ir.Value):
+    """("index", m, c) when `mask` is (1 - m[:, None, None, :]) * c for a [B, T] input m.
+
+    onnxruntime's Attention takes such an m as its 2-D mask_index and adds mask_filter_value c
+    where m is 0, nothing where it is 1: the same as the subgraph for the 0/1 masks
+    attention_mask holds by contract (a 2 would differ: the subgraph adds -c). None otherwise.
+    """
+    mul = producer(mask)
+    if not is_op(mul, "Mul"):
+        return None
+    for side in (0, 1):
+        sub, filter_value = producer(input_at(mul, side)), const_scalar(input_at(mul, 1 - side))
+        if filter_value is None or not is_op(sub, "Sub") or const_scalar(sub.inputs[0]) != 1.0:
+            continue
+        value = sub.inputs[1]
+        if is_op(producer(value), "Cast"):
+            value = producer(value).inputs[0]
+        axes: list[int] = []
+        while is_op(producer(value), "Unsqueeze") and len(axes) < 2:
+            node = producer(value)
+            found = attr(node, "axes")
+            if found is None:
+                found = const_array(input_at(node, 1))
+            if found is None:
+                return None
+            axes = [int(a) for a in np.asarray(found).reshape(-1)] + axes
+            value = node.inputs[0]
+        if sorted(axes) != [1, 2] or rank(value) != 2:
+            return None
+        if value.dtype not in (ir.DataType.INT32, ir.DataType.INT64, ir.DataType.FLOAT, ir.DataType.BOOL):
+            return None
+        return "index", value, filter_value
+    return None
+
+
+def guarded(op: ir.tape.Tape, match: Match, output: ir.Value) -> ir.Value:
+    """The subgraph's NaN guard, moved after the fused op: Where(IsNaN(output), 0, output)."""
+    if match.guard_zero is None:
+        return output
+    name = f"{RULE_NAME}/{match.anchor}"
+    zero = unique_initializer(op, match.graph, np.zeros((), match.guard_zero.dtype), "attention_guard_zero")
+    isnan = op.op("IsNaN", [output], name=f"{name}/masked_rows")
+    return op.op("Where", [isnan, zero, output], name=f"{name}/guard")
+
+
+def fill_bias(op: ir.tape.Tape, match: Match) -> ir.Value:
+    where = match.fill
+    fill_side = 1 if const_array(where.inputs[1]) is not None and const_array(where.inputs[1]).size == 1 else 2
+    fill_value = float(const_array(where.inputs[fill_side]).reshape(()))
+    fill = unique_initializer(op, match.graph, np.array(fill_value, np.float32), "attention_mask_fill")
+    zero = unique_initializer(op, match.graph, np.array(0.0, np.float32), "attention_mask_zero")
+    branches = [fill, zero] if fill_side == 1 else [zero, fill]
+    return op.op("Where", [where.inputs[0], *branches], name=f"{RULE_NAME}/{match.anchor}/fill_bias")
+
+
+def heads_bias(op: ir.tape.Tape, match: Match, x_shape_source: ir.Value) -> ir.Value | None:
+    """attention_bias for the heads form: the additive mask and/or the masked_fill as a bias."""
+    bias = match.mask
+    if match.padding is not None:
+        bias = expand_over_queries(op, match)
+    if match.fill is not None:
+        fill = fill_bias(op, match)
+        bias = fill if bias is None else op.op("Add", [fill, bias], name=f"{RULE_NAME}/{match.anchor}/bias")
+    return bias
+
+
+def expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
+    """Expand(mask, [1, 1, S, 1]) with S read from the block input at run time."""
+    graph, name = match.graph, f"{RULE_NAME}/{match.anchor}"
+    one_one = unique_initializer(op, graph, np.array([1, 1], np.int64), "attention_ones2")
+    one = unique_initializer(op, graph, np.array([1], np.int64), "attention_ones1")
+    shape = op.op("Shape", [match.x], name=f"{name}/x_shape")
+    seq = op.op("Gather", [shape, one], {"axis": 0}, name=f"{name}/seq")
+    target = op.op("Concat", [one_one, seq, one], {"axis": 0}, name=f"{name}/mask_shape")
+    return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")
