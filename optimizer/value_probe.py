@@ -9,6 +9,8 @@ does regardless of spelling, where matching each spelling would not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx_ir as ir
 
@@ -26,9 +28,11 @@ def evaluate_on_probe(
     known: dict[int, np.ndarray],
     shapes: dict | None = None,
     limit: int = 40,
+    shape_of: Callable[[ir.Value], tuple[int, ...] | None] | None = None,
 ) -> np.ndarray:
     """`value` computed from `known` (id of a value -> its probe array), constants and, for Shape of
-    anything else, `shapes` (value name -> pinned shape); at most `limit` nodes are evaluated."""
+    anything else, `shapes` (value name -> pinned shape) or `shape_of` (value -> its probe shape, None
+    when it has none); at most `limit` nodes are evaluated."""
     budget = [0]
 
     def run(current: ir.Value) -> np.ndarray:
@@ -42,8 +46,8 @@ def evaluate_on_probe(
         if node is None or budget[0] > limit or not constant_eval.can_evaluate(node):
             raise constant_eval.NotEvaluable(f"'{value_name(current)}' comes from {describe(node)}")
         source = node.inputs[0] if node.inputs else None
-        if is_op(node, "Shape") and id(source) not in known and shapes is not None:
-            pinned = shapes.get(source.name)
+        if is_op(node, "Shape") and id(source) not in known and (shapes is not None or shape_of is not None):
+            pinned = shape_of(source) if shape_of is not None else shapes.get(source.name)
             if pinned is None:
                 raise constant_eval.NotEvaluable(f"no pinned shape for '{value_name(source)}'")
             inputs = [np.broadcast_to(np.zeros((), np.bool_), pinned)]  # only its shape is read

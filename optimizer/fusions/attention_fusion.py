@@ -37,7 +37,7 @@ class AttentionFusion(Rule):
     emits = ("com.microsoft.Attention", "com.microsoft.MultiHeadAttention")
 
     def match(self, graph: ir.Graph, softmax: ir.Node):
-        sdpa = match_sdpa(softmax)
+        sdpa = match_sdpa(graph, softmax)
         if isinstance(sdpa, Fail):
             return sdpa
         paths = trace_projections(sdpa)

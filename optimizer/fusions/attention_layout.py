@@ -19,9 +19,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx_ir as ir
 
-from optimizer.match import attr, const_array, consumers, describe, input_at, is_custom, is_op, producer
+from optimizer import constant_eval
+from optimizer.match import (
+    attr,
+    const_array,
+    consumers,
+    describe,
+    input_at,
+    is_custom,
+    is_op,
+    opset,
+    producer,
+)
 from optimizer.shape_probe import pinned_shapes
 from optimizer.text import preview
+from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
 if TYPE_CHECKING:
     from optimizer.fusions.attention_packed import Projection
@@ -42,7 +54,8 @@ MAX_CHAIN = 8
 class LayoutProbe:
     """Runs layout chains on numbered arrays for a small batch and sequence length."""
 
-    def __init__(self, x: ir.Value):
+    def __init__(self, graph: ir.Graph, x: ir.Value):
+        self.graph = graph
         dims = list(x.shape) if x.shape is not None else [None, None, None]
         self.batch = dims[0] if isinstance(dims[0], int) else PROBE_BATCH
         self.seq = dims[1] if isinstance(dims[1], int) else PROBE_SEQ
@@ -56,13 +69,14 @@ class LayoutProbe:
         self.pinned: dict[str, tuple[int, ...]] = {}  # shapes at pinned input sizes (for_heads)
 
     @classmethod
-    def scores_ints(cls, score_values: list[ir.Value]):
+    def scores_ints(cls, graph: ir.Graph, score_values: list[ir.Value]):
         """ints(value, queries, keys) with the attention scores [batch, heads, queries, keys]: the
         causal mask's slice bounds are computed from their shape."""
 
         def ints(value: ir.Value, queries: int, keys: int):
             probe = cls.__new__(cls)
             probe.batch, probe.seq, probe.symbols, probe.x, probe.pinned = PROBE_BATCH, queries, {}, None, {}
+            probe.graph = graph
             probe.shapes = {id(v): (PROBE_BATCH, PROBE_HEADS, queries, keys) for v in score_values}
             return probe.ints(value)
 
@@ -77,6 +91,7 @@ class LayoutProbe:
         """
         dims = list(q4.shape)
         probe = cls.__new__(cls)
+        probe.graph = graph
         probe.pinned = {}
         if not isinstance(dims[0], int) or not isinstance(dims[2], int):
             probe.pinned = pinned_shapes(graph, q4)[0]
@@ -126,29 +141,25 @@ class LayoutProbe:
         return num_heads, head_size, columns
 
     def run(self, chain: list[ir.Node], array: np.ndarray, picks: dict[int, int] | None = None):
+        """`array` moved through the chain's Transpose/Reshape/Slice (constant_eval, the evaluator
+        value_probe uses, with their shape inputs evaluated for the probe sizes) and Split (the
+        output the chain follows, `picks`); a Concat onto an empty cache passes it on as it is."""
         for node in chain:
-            if is_op(node, "Transpose"):
-                perm = attr(node, "perm", None)
-                array = array.transpose(perm) if perm is not None else array.T
-            elif is_op(node, "Reshape"):
-                target = self.ints(node.inputs[1])
-                if target is None:
-                    return f"the target shape of {describe(node)} cannot be evaluated"
-                dims = reshape_dims(array.shape, target, node)
-                if dims is None or int(np.prod(dims)) != array.size:
-                    return f"{describe(node)} target {preview(target)} does not fit probe shape {list(array.shape)}"
-                array = array.reshape(dims)
-            elif is_op(node, "Split"):
+            if is_op(node, "Split"):
                 array = self._split(node, array, (picks or {}).get(id(node), 0))
                 if isinstance(array, str):
                     return array
                 continue  # _split records the shape of the output it followed
-            elif is_op(node, "Slice"):
-                array = self._slice(node, array)
-                if isinstance(array, str):
-                    return array
-            elif is_op(node, "Concat"):  # onto an empty cache: the data as it is
-                pass
+            if not is_op(node, "Concat"):
+                operands = [self.ints(v) if v is not None else None for v in node.inputs[1:]]
+                if any(a is None for a, v in zip(operands, node.inputs[1:], strict=True) if v is not None):
+                    what = "target shape" if is_op(node, "Reshape") else "bounds"
+                    return f"the {what} of {describe(node)} cannot be evaluated"
+                try:
+                    array = constant_eval.evaluate(node, [array, *operands], opset(self.graph))[0]
+                except PROBE_ERRORS:
+                    shown = f" target {preview(operands[0])}" if is_op(node, "Reshape") else ""
+                    return f"{describe(node)}{shown} does not fit probe shape {list(array.shape)}"
             self.shapes[id(node.outputs[0])] = array.shape
         return array
 
@@ -165,61 +176,16 @@ class LayoutProbe:
         self.shapes[id(node.outputs[index])] = picked.shape
         return picked
 
-    def _slice(self, node: ir.Node, array: np.ndarray):
-        starts, ends = const_array(node.inputs[1]), const_array(node.inputs[2])
-        axes = const_array(input_at(node, 3)) if input_at(node, 3) is not None else np.arange(len(starts))
-        steps = const_array(input_at(node, 4)) if input_at(node, 4) is not None else np.ones(len(starts), np.int64)
-        if starts is None or ends is None or axes is None or steps is None:
-            return f"{describe(node)} has non-constant bounds"
-        index = [slice(None)] * array.ndim
-        for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
-            index[int(axis)] = slice(int(start), int(min(end, np.iinfo(np.int64).max)), int(step))
-        return array[tuple(index)]
-
     def ints(self, value: ir.Value | None) -> np.ndarray | None:
-        """Evaluate a small integer tensor (a reshape target) for the probe sizes; None if we can't."""
-        try:
-            return self._ints(value)
-        except (ValueError, IndexError, TypeError):  # ill-formed for the probe sizes: not provable
-            return None
-
-    def _ints(self, value: ir.Value | None) -> np.ndarray | None:
+        """Evaluate a small integer tensor (a reshape target) for the probe sizes; None if we can't
+        (an op the evaluator lacks, a Shape of a value with no probe shape, numbers that do not fit)."""
         if value is None:
             return None
-        array = const_array(value)
-        if array is not None:
-            return array.astype(np.int64)
-        node = producer(value)
-        if node is None:
+        try:
+            array = evaluate_on_probe(self.graph, value, {}, shape_of=self._shape_of)
+        except PROBE_ERRORS:
             return None
-        if is_op(node, "Shape"):
-            shape = self._shape_of(node.inputs[0])
-            if shape is None:
-                return None
-            start, end = attr(node, "start", 0), attr(node, "end", None)
-            return np.array(shape[start:end], np.int64)
-        args = [self._ints(v) if v is not None else None for v in node.inputs]
-        if any(a is None for a, v in zip(args, node.inputs, strict=True) if v is not None):
-            return None
-        if is_op(node, "Gather") and attr(node, "axis", 0) == 0:
-            return np.take(args[0], args[1])
-        if is_op(node, "Unsqueeze"):
-            axes = args[1] if len(args) > 1 and args[1] is not None else attr(node, "axes")
-            return np.expand_dims(args[0], tuple(int(a) for a in np.atleast_1d(axes)))
-        if is_op(node, "Squeeze"):
-            return args[0].reshape(-1)[0] if args[0].size == 1 else args[0]
-        if is_op(node, "Concat"):
-            return np.concatenate([np.atleast_1d(a) for a in args], axis=0)
-        if is_op(node, "Cast"):
-            return args[0].astype(np.int64)
-        if is_op(node, "Reshape"):
-            return args[0].reshape(args[1])
-        if is_op(node, "Slice"):
-            return self._slice(node, args[0]) if not isinstance(self._slice(node, args[0]), str) else None
-        arithmetic = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Div": np.floor_divide}
-        if node.op_type in arithmetic and is_op(node, node.op_type):
-            return arithmetic[node.op_type](args[0], args[1])
-        return None
+        return np.asarray(array).astype(np.int64)
 
     def _shape_of(self, value: ir.Value) -> tuple[int, ...] | None:
         if id(value) in self.shapes:

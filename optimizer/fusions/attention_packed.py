@@ -91,7 +91,7 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
     core = list(sdpa.core)
 
     # --- layout probe: the chains split heads as attention needs ------------------------
-    probe = LayoutProbe(q.x)
+    probe = LayoutProbe(graph, q.x)
     heads = {}
     for role, path, key_layout in (("Q", q, False), ("K", k, sdpa.k_transposed), ("V", v, False)):
         result = probe.head_columns(path, key_layout)

@@ -67,7 +67,7 @@ class Sdpa:
     core: list[ir.Node] = field(default_factory=list)
 
 
-def match_sdpa(softmax: ir.Node) -> Sdpa | Fail:
+def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
     if rank(softmax.inputs[0]) not in (None, 4):
         return fail("softmax", f"{describe(softmax)} normalizes a rank-{rank(softmax.inputs[0])} tensor, not "
                     "[batch, heads, query, key] attention scores", softmax)
@@ -124,7 +124,7 @@ def match_sdpa(softmax: ir.Node) -> Sdpa | Fail:
     unidirectional, packed_fill, causal_nodes = False, fill, []
     if fill is not None:
         score_values = [qk.outputs[0], *(n.outputs[0] for n in scores_nodes)]
-        kind = causal_kind(fill[0].inputs[0], fill[0].inputs[1] is fill[1], LayoutProbe.scores_ints(score_values))
+        kind = causal_kind(fill[0].inputs[0], fill[0].inputs[1] is fill[1], LayoutProbe.scores_ints(graph, score_values))
         if not isinstance(kind, str):
             (unidirectional, causal_nodes), packed_fill = kind, None
         elif _reads_block(fill[0].inputs[0], core):  # kept as a bias, it would need the scores' shape
