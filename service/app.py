@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from optimizer.text import shorten
 from service import migrate, web
 from service.api.deps import Services
+from service.api.request_bodies import BodyLimit
 from service.api.routes import alerts, bisect, health, metrics, projects, results, runs, webhooks
 from service.auth import API_ACCESS, LoginRequired, login_url
 from service.core.config import Settings, settings
@@ -88,6 +89,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         lifespan=lifespan,
     )
     app.state.services = services
+    app.add_middleware(BodyLimit, max_upload_bytes=services.upload_limits.max_bytes)
     app.state.worker = None
 
     @app.exception_handler(ServiceError)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Request
 from sqlalchemy.exc import IntegrityError
 
 from service.alerts.delivery import deliver
 from service.api.deps import ServicesDep, SessionDep
+from service.api.request_bodies import json_document
 from service.auth import may_write_to
 from service.errors import Invalid, NotFound
 from service.models import Model
@@ -26,7 +27,8 @@ router = APIRouter(tags=["results"])
 @router.post("/results", status_code=201)
 def create_results(
     request: Request,
-    session: SessionDep, services: ServicesDep, document: ResultsDocument, background: BackgroundTasks
+    session: SessionDep, services: ServicesDep, background: BackgroundTasks,
+    document: Annotated[ResultsDocument, Depends(json_document(ResultsDocument, "results document"))],
 ) -> dict[str, Any]:
     with session.begin():
         project = services.known_projects.get(session, document.project)

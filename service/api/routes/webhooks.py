@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from datetime import datetime
 from functools import partial
 from typing import Annotated, Any
@@ -20,19 +19,21 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
+from optimizer.text import shorten
 from service import queue
 from service.api.deps import ServicesDep, SessionDep
+from service.api.request_bodies import parse_json
 from service.api.uploads import read_uploads
 from service.auth import may_write_to, resolve_principal
 from service.errors import Conflict, Invalid, Unauthorized
 from service.models import Job, Model, WebhookDelivery
+from service.schemas.github import Delivery, GitHubPush, PushCommit
 from service.schemas.requests import CiWebhook
 from service.usecases.commits import record_commit
 from service.usecases.submissions import CommitInfo, submit_commit
 
 router = APIRouter(tags=["webhooks"])
 
-MAX_GITHUB_BODY = 5 * 1024 * 1024
 MAX_DELIVERY_ID = 90  # webhook_delivery.delivery_id holds 100, with a "ci:" prefix
 
 
@@ -48,18 +49,13 @@ async def receive_github(
 ) -> dict[str, Any]:
     # Who the token says (if any) is looked up before this handler's transaction holds the database.
     await resolve_principal(request)
-    body = await request.body()
-    if len(body) > MAX_GITHUB_BODY:
-        raise Invalid(f"webhook body is {len(body)} bytes; at most {MAX_GITHUB_BODY}")
-    try:
-        payload = json.loads(body)
-    except json.JSONDecodeError as error:
-        raise Invalid(f"webhook body is not JSON ({error.msg} at character {error.pos})") from error
+    body = await request.body()  # at most MAX_GITHUB_BODY (service/api/request_bodies.py)
+    payload = parse_json(body, "webhook body")
     if not isinstance(payload, dict):
         raise Invalid("webhook body must be a JSON object")
-    repository = payload.get("repository") or {}
+    delivery = _validated(Delivery, payload)
     # The hook's URL names the project (?project=), else the repository's name does.
-    name = project or (repository.get("name") if isinstance(repository, dict) else None)
+    name = project or (delivery.repository.name if delivery.repository else None)
     if not name:
         raise Invalid("no project: add ?project=NAME to the hook's URL, or send a payload with repository.name")
     try:
@@ -74,7 +70,7 @@ async def receive_github(
                 return {"status": "pong"}
             if x_github_event != "push":
                 return {"status": "ignored", "event": x_github_event[:50]}
-            submission = _record_push(session, services, found, payload)
+            submission = _record_push(session, services, found, _validated(GitHubPush, payload))
             if submission is None:
                 return {"status": "ignored", "reason": "push without a head commit (a branch deletion?)"}
             session.add(WebhookDelivery(delivery_id=x_github_delivery, project_id=found.id, event="push",
@@ -87,23 +83,30 @@ async def receive_github(
     return {"status": "accepted", "run_id": run_id, "run_url": f"/api/v1/runs/{run_id}", "jobs": len(submission.jobs)}
 
 
-def _record_push(session, services, project, payload: dict):
+def _record_push(session, services, project, push: GitHubPush):
     """The pushed commits, oldest first, each the parent of the next; a run for the head commit."""
-    branch = str(payload.get("ref") or "").removeprefix("refs/heads/") or "main"
-    head = payload.get("head_commit") or {}
-    if not isinstance(head, dict) or not head.get("id"):
+    head = push.head_commit
+    if head is None:
         return None
-    previous = payload.get("before")
-    for entry in payload.get("commits") or []:
-        if not isinstance(entry, dict) or not entry.get("id") or entry["id"] == head["id"]:
-            continue
-        record_commit(session, project, str(entry["id"]), branch, [previous] if _is_sha(previous) else [],
-                      str(entry.get("message") or ""), _author(entry), _timestamp(entry))
-        previous = entry["id"]
-    info = CommitInfo(str(head["id"]), branch, [previous] if _is_sha(previous) else [],
-                      str(head.get("message") or ""), _author(head), _timestamp(head))
+    branch = push.ref.removeprefix("refs/heads/") or "main"
+    previous, listed = push.listed_before_head()
+    for entry in listed:
+        record_commit(session, project, entry.id, branch, [previous] if _is_sha(previous) else [],
+                      entry.message, entry.author_name()[:255], _timestamp(entry))
+        previous = entry.id
+    info = CommitInfo(head.id, branch, [previous] if _is_sha(previous) else [], head.message,
+                      head.author_name()[:255], _timestamp(head))
     return submit_commit(session, services.store, services.upload_limits, project, info, [], "github",
                          services.settings.machine_class)
+
+
+def _validated(schema, payload: dict):
+    try:
+        return schema.model_validate(payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(shorten(str(p), 60) for p in first["loc"]) or "body"
+        raise Invalid(f"GitHub delivery: {where}: {first['msg']}") from error
 
 
 def _authenticate_sender(request: Request, project, body: bytes | None, header: str) -> None:
@@ -112,8 +115,9 @@ def _authenticate_sender(request: Request, project, body: bytes | None, header: 
         return
     if not header.startswith("sha256=") or body is None:
         raise Unauthorized("X-Hub-Signature-256 is missing; this project requires signed deliveries")
-    expected = hmac.new(project.webhook_secret.encode(), body, hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, header.removeprefix("sha256=")):
+    expected = hmac.new(project.webhook_secret.encode(), body, hashlib.sha256).hexdigest().encode()
+    # As bytes: a header is latin-1, and comparing str with non-ASCII characters raises TypeError.
+    if not hmac.compare_digest(expected, header.removeprefix("sha256=").encode("latin-1", "replace")):
         raise Unauthorized("X-Hub-Signature-256 does not match the body signed with the project's secret")
 
 
@@ -135,20 +139,9 @@ def _is_sha(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= 64 and value.strip("0") != ""
 
 
-def _author(entry: dict) -> str:
-    author = entry.get("author") or {}
-    return str(author.get("name") or author.get("username") or "")[:255] if isinstance(author, dict) else ""
-
-
-def _timestamp(entry: dict) -> datetime | None:
-    value = entry.get("timestamp")
-    if not value:
-        return None
-    try:
-        stamp = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError as error:
-        raise Invalid(f"commit timestamp {str(value)[:40]!r} is not ISO 8601") from error
-    return stamp if stamp.tzinfo else None
+def _timestamp(entry: PushCommit) -> datetime | None:
+    stamp = entry.timestamp
+    return stamp if stamp is not None and stamp.tzinfo else None
 
 
 @router.post("/webhooks/ci", status_code=202)
@@ -185,7 +178,7 @@ async def receive_ci(
     else:
         payload = raw if raw is not None else await request.body()
     try:
-        body = CiWebhook.model_validate_json(payload)
+        body = CiWebhook.model_validate(parse_json(payload, "CI webhook"))
     except ValidationError as error:
         first = error.errors()[0]
         raise Invalid(f"CI webhook: {'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}") from error
