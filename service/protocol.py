@@ -32,6 +32,10 @@ class Protocol(BaseModel):
     # timing-regression: the least rise that counts, however quiet the series (service/alerts/timing.py
     # raises the bar to 3× the series' own job-to-job noise); 5 so that 10% steps clear it.
     timing_threshold_pct: float = Field(5.0, gt=0)
+    # Raw timing samples are kept for the latest this-many commits of each series (None: all); older results
+    # keep their statistics (service/usecases/retention.py). The least, 100, is what the timing alerts read
+    # (retention.MIN_KEEP_COMMITS).
+    keep_samples_commits: int | None = Field(None, ge=100, le=1_000_000)
 
     @field_validator("engines")
     @classmethod

@@ -18,6 +18,7 @@ from service.protocol import protocol_for
 from service.stats import summarize
 from service.usecases.baselines import find_baseline
 from service.usecases.history_points import record_point
+from service.usecases.retention import prune_samples
 
 MAX_SAMPLES = 10_000
 MAX_NEAR_MISSES = 500
@@ -101,6 +102,7 @@ def record_result(
         raise Invalid("fused-op counts must be non-negative integers")
     stats = summarize(m.execute_ms)
     project = session.get(Project, run.project_id)
+    protocol = protocol_for(project.settings)
     result = Result(
         job_id=job_id,
         run_id=run.id,
@@ -150,8 +152,9 @@ def record_result(
         model,
         session.get(Commit, run.commit_id),
         session.get(Commit, baseline.commit_id) if baseline else None,
-        protocol_for(project.settings),
+        protocol,
     )
     session.add_all(alerts)
     session.flush()
+    prune_samples(session, result, protocol.keep_samples_commits)
     return result, alerts

@@ -19,6 +19,7 @@ from service.schemas.requests import HookCreate, ProjectCreate
 from service.usecases import history as history_usecase
 from service.usecases import projects
 from service.usecases.change_point_windows import SeriesWindows, store_computed
+from service.usecases.history_csv import history_csv, wants_csv
 from service.usecases.models import get_model, ingest_upload, project_models
 from service.usecases.submissions import CommitInfo, submit_commit
 
@@ -125,6 +126,8 @@ def read_history(
     background: BackgroundTasks,
     project: str,
     if_none_match: Annotated[str, Header()] = "",
+    accept: Annotated[str, Header()] = "",
+    format: Annotated[str | None, Query(pattern="^(json|csv)$")] = None,
     model: str | None = None,
     engine: str | None = None,
     level: str | None = None,
@@ -141,6 +144,9 @@ def read_history(
     # Change-point windows computed for this read are stored after the reply, in a writing transaction.
     if computed:
         background.add_task(store_computed, services.session_factory, computed)
+    if wants_csv(format, accept):
+        return Response(history_csv(series), media_type="text/csv; charset=utf-8", headers={
+            "Content-Disposition": f'attachment; filename="{found.name}-history.csv"', "Vary": "Accept"})
     # A poller that sends back the ETag it got is told 304 when nothing changed, instead of 3 MB again.
     # The tag is the reply's hash with each series' points standing for themselves by theirs.
     etag = '"' + hashlib.sha1(orjson.dumps({"project": found.name, "series": [
@@ -152,4 +158,4 @@ def read_history(
     # rendered once, when their results were stored (usecases/history_points.py), and are spliced in.
     body = orjson.dumps({"project": found.name, "series": [
         entry | {"points": orjson.Fragment(entry["points"].rendered)} for entry in series]})
-    return Response(body, media_type="application/json", headers={"ETag": etag})
+    return Response(body, media_type="application/json", headers={"ETag": etag, "Vary": "Accept"})
