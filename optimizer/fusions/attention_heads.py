@@ -40,9 +40,14 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
     num_heads, head_size = dims[1], dims[3]
     probe = layout.LayoutProbe.for_heads(graph, q4, num_heads, head_size)
 
-    def like_q(value: ir.Value) -> bool:  # [B, N, T, H] with Q's heads and head size
+    def kv_heads(value: ir.Value) -> int | None:  # N for [B, N, T, H] like Q, 1 for one head every query head shares
         found = _heads_dims(graph, value) if rank(value) == 4 else None
-        return found is not None and found[1] == num_heads and found[3] == head_size
+        if found is None or found[3] != head_size or found[1] not in (num_heads, 1):
+            return None
+        return found[1]
+
+    def like_q(value: ir.Value) -> bool:
+        return kv_heads(value) is not None
 
     k_chain: list[ir.Node] = []
     k4 = qk.inputs[1]
@@ -53,8 +58,8 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
                 return fail("heads", "Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape")
             k_chain.insert(0, node)
             k4 = node.inputs[0]
-        numbered = np.arange(probe.batch * num_heads * 5 * head_size, dtype=np.int64).reshape(
-            probe.batch, num_heads, 5, head_size)
+        numbered = np.arange(probe.batch * kv_heads(k4) * 5 * head_size, dtype=np.int64).reshape(
+            probe.batch, kv_heads(k4), 5, head_size)
         probe.shapes[id(k4)] = numbered.shape
         probe.symbols.setdefault(str(k4.shape[2]), 5)
         moved = probe.run(k_chain, numbered)
@@ -62,7 +67,12 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
             return fail("heads", f"{describe(k_chain[-1])} does not turn K [batch, heads, keys, head_size] into Kᵀ")
     for role, value in (("K", k4), ("V", v4)):
         if not like_q(value):
-            return fail("heads", f"{role} '{value.name}' is not [batch, {num_heads}, keys, {head_size}] like Q")
+            return fail("heads", f"{role} '{value.name}' is not [batch, {num_heads} or 1, keys, {head_size}] like Q")
+    if kv_heads(k4) != kv_heads(v4):
+        return fail("heads", f"K '{k4.name}' has {kv_heads(k4)} heads and V '{v4.name}' {kv_heads(v4)}")
+    # One K/V head the products broadcast to every query head (multi-query attention, Falcon): the
+    # fused op reads it expanded to num_heads, which is what the broadcast computes.
+    shared_kv = kv_heads(k4) == 1 and num_heads > 1
     out = layout.trace_output(pv.outputs[0], probe, num_heads, head_size)
     if isinstance(out, str):
         return fail("output", out)
@@ -80,6 +90,9 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
     # A cache per layer (past_key, past_value): the Concats onto it go into the fused op, whose
     # present_key / present_value outputs take their place.
     cache = _heads_cache(k4, v4)
+    if cache is not None and shared_kv:
+        return fail("heads", "K and V are one head shared by every query head and concatenated onto a past: "
+                    "MultiHeadAttention's past holds every head")
     concats = [cache[0], cache[1]] if cache is not None else []
     nodes = list({id(n): n for n in sdpa.core + k_chain + out_nodes + concats}.values())
     nodes += layout.dead_helpers(nodes, [fill[0].inputs[0] if fill is not None else None, mask])
@@ -90,7 +103,7 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
             "cache": cache[2:] if cache is not None else None,
             "graph": graph, "anchor": sdpa.softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
             "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
-            "guard_zero": sdpa.guard_zero,
+            "guard_zero": sdpa.guard_zero, "shared_kv": shared_kv,
             "num_heads": num_heads, "scale": sdpa.scale, "flat_output": flat_output, "hidden": num_heads * head_size,
         },
     )
@@ -112,6 +125,10 @@ def rewrite_heads(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
         output, *presents = op.op_multi_out("MultiHeadAttention", inputs, attributes, domain=MS, num_outputs=3,
                                             name=name)
     else:
+        if match.shared_kv:  # [B, 1, T, H] -> [B, N, T, H]; GroupQueryAttentionFusion takes the Expand back out
+            heads = layout.unique_initializer(op, match.graph, np.array([1, match.num_heads, 1, 1], np.int64),
+                                              "attention_kv_heads")
+            k4, v4 = (op.op("Expand", [t, heads], name=f"{name}/{role}_heads") for t, role in ((k4, "key"), (v4, "value")))
         inputs = [query, k4, v4] + ([None, None, bias] if bias is not None else [])
         output = op.op("MultiHeadAttention", inputs, attributes, domain=MS, name=name)
     output = guarded(op, match, output)

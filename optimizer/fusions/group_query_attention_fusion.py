@@ -6,6 +6,9 @@
   =>  GroupQueryAttention(q, k as (B, S, N_kv·H), v as (B, S, N_kv·H), seqlens_k = S-1 per row,
                           total_sequence_length = S, attention_bias = bias, causal = 0)
 
+The multi-query form (Falcon, GPTBigCode: one K/V head every query head reads, which the products
+broadcast) reaches here as Expand(k (B, 1, S, H), [1, N, 1, 1]) and becomes kv_num_heads = 1.
+
 Anchored on the MultiHeadAttention AttentionFusion makes of Llama-style blocks (it runs after it),
 so the Q/K·V/head-merge proof is that rule's; this one proves the repeat: the chain run on a
 numbered K/V at the pinned probe sizes must give every K/V head n times in a row, which is how
@@ -23,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from optimizer.match import MS, attr, describe, input_at, is_op, producer, rank, value_name
+from optimizer.match import MS, attr, const_array, describe, input_at, is_op, producer, rank, value_name
 from optimizer.rule import Match, Rule, fail
 from optimizer.shape_probe import pinned_shapes
 from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
@@ -111,10 +114,25 @@ class GroupQueryAttentionFusion(Rule):
         return op.op("GroupQueryAttention", inputs, attributes, domain=MS, name=name)
 
 
+def _shared_head(repeated: ir.Value, heads: int):
+    """(k, 1, [Expand]) where `repeated` = Expand(k [B, 1, T, H], [1, heads, 1, 1]): one K/V head every
+    query head reads (multi-query attention, as AttentionFusion writes it); else None."""
+    expand = producer(repeated)
+    if not is_op(expand, "Expand"):
+        return None
+    source, target = expand.inputs[0], const_array(input_at(expand, 1))
+    if rank(source) != 4 or source.shape[1] != 1 or target is None or [int(d) for d in target] != [1, heads, 1, 1]:
+        return None
+    return source, 1, [expand]
+
+
 def _repeat_source(graph: ir.Graph, repeated: ir.Value, heads: int):
     """(k, kv_heads, nodes) where `repeated` = Reshape(Expand(Unsqueeze(k, 2))) repeats each of k's
     heads heads/kv_heads times in a row; else why not."""
     reshape = producer(repeated)
+    shared = _shared_head(repeated, heads)
+    if shared is not None:
+        return shared
     expand = producer(input_at(reshape, 0)) if is_op(reshape, "Reshape") else None
     unsqueeze = producer(input_at(expand, 0)) if is_op(expand, "Expand") else None
     if not is_op(unsqueeze, "Unsqueeze"):

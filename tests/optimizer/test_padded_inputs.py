@@ -20,7 +20,8 @@ from tests.models import patterns
 from tests.oracle import ATOL, MODELS, RTOL, fixture_feeds, run_onnxruntime
 
 LEVELS = ("disabled", "basic", "extended", "all")
-FIXTURES = sorted(p.name for p in MODELS.glob("*.onnx"))
+# the exported fixtures and the attention forms (tools/export_attention_forms.py)
+FIXTURES = sorted(str(p.relative_to(MODELS)) for p in [*MODELS.glob("*.onnx"), *MODELS.glob("attention_forms/*.onnx")])
 SEQ = 8
 
 
