@@ -20,7 +20,15 @@ import numpy as np
 import onnx_ir as ir
 
 from optimizer.fusions import attention_layout as layout
-from optimizer.fusions.attention_sdpa import Sdpa, check_mask, fill_fails, guarded, heads_bias, is_key_padding
+from optimizer.fusions.attention_sdpa import (
+    Sdpa,
+    check_mask,
+    extra_bias_fails,
+    fill_fails,
+    guarded,
+    heads_bias,
+    is_key_padding,
+)
 from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank
 from optimizer.rule import Fail, Match, fail
 from optimizer.shape_probe import constant_dims
@@ -89,13 +97,15 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
         padding = ("expand", None, None) if problem is not None else None
     # A cache per layer (past_key, past_value): the Concats onto it go into the fused op, whose
     # present_key / present_value outputs take their place.
+    if extra_bias_fails(sdpa.extra_bias, num_heads) is not None:
+        return extra_bias_fails(sdpa.extra_bias, num_heads)
     cache = _heads_cache(k4, v4)
     if cache is not None and shared_kv:
         return fail("heads", "K and V are one head shared by every query head and concatenated onto a past: "
                     "MultiHeadAttention's past holds every head")
     concats = [cache[0], cache[1]] if cache is not None else []
     nodes = list({id(n): n for n in sdpa.core + k_chain + out_nodes + concats}.values())
-    nodes += layout.dead_helpers(nodes, [fill[0].inputs[0] if fill is not None else None, mask])
+    nodes += layout.dead_helpers(nodes, [fill[0].inputs[0] if fill is not None else None, mask, sdpa.extra_bias])
     return Match(
         nodes=layout.in_graph_order(graph, nodes),
         outputs=[out_value, *(c.outputs[0] for c in concats)],
@@ -103,7 +113,7 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
             "cache": cache[2:] if cache is not None else None,
             "graph": graph, "anchor": sdpa.softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
             "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
-            "guard_zero": sdpa.guard_zero, "shared_kv": shared_kv,
+            "guard_zero": sdpa.guard_zero, "shared_kv": shared_kv, "extra_bias": sdpa.extra_bias,
             "num_heads": num_heads, "scale": sdpa.scale, "flat_output": flat_output, "hidden": num_heads * head_size,
         },
     )

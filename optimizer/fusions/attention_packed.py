@@ -39,12 +39,14 @@ from optimizer.fusions.attention_sdpa import (
     Sdpa,
     check_mask,
     expand_over_queries,
+    extra_bias_fails,
     fill_bias,
     fill_fails,
     guarded,
     is_key_padding,
     raw_padding_mask,
     scalar_operand,
+    with_extra_bias,
 )
 from optimizer.match import (
     MS,
@@ -137,16 +139,19 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
             reason, node = problem
             return fail("mask", reason, node)
 
+    if extra_bias_fails(sdpa.extra_bias, num_heads) is not None:
+        return extra_bias_fails(sdpa.extra_bias, num_heads)
+
     core += q.nodes + k.nodes + v.nodes + out_nodes
     core = list({id(n): n for n in core}.values())
-    nodes = core + dead_helpers(core, [fill[0].inputs[0] if fill is not None else None, mask])
+    nodes = core + dead_helpers(core, [fill[0].inputs[0] if fill is not None else None, mask, sdpa.extra_bias])
     return Match(
         nodes=in_graph_order(graph, nodes),
         outputs=[out_value, *presents],
         captures={
             "graph": graph, "anchor": sdpa.softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
             "present": bool(presents), "past": past[0] if past is not None else None,
-            "unidirectional": sdpa.unidirectional, "guard_zero": sdpa.guard_zero,
+            "unidirectional": sdpa.unidirectional, "guard_zero": sdpa.guard_zero, "extra_bias": sdpa.extra_bias,
             "fill": fill[0] if fill is not None else None,
             "num_heads": num_heads, "scale": scale,
             "flat_output": flat_output, "hidden": num_heads * head_size,
@@ -175,6 +180,7 @@ def rewrite_packed(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
     if match.fill is not None:  # the masked_fill as an additive bias: fill where masked, 0 elsewhere
         fill = fill_bias(op, match)
         inputs[5] = fill if inputs[5] is None else op.op("Add", [fill, inputs[5]], name=f"{name}/bias")
+    inputs[5] = with_extra_bias(op, match, inputs[5])
     while inputs[-1] is None:
         inputs.pop()
     presents = []

@@ -65,6 +65,9 @@ class Sdpa:
     causal_nodes: list[ir.Node]
     guard_zero: np.ndarray | None  # the NaN guard's 0, when the block has one
     core: list[ir.Node] = field(default_factory=list)
+    # a second additive bias [B|1, N|1, S, T] beside the mask (MPNet's relative position bias): the
+    # fused op's attention_bias is their sum, (scores + a) + b computed as scores + (a + b)
+    extra_bias: ir.Value | None = None
 
 
 def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
@@ -89,12 +92,16 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
     core.append(pv)
 
     # --- before Softmax: [Add mask] <- [scale]* <- MatMul(Q, Kᵀ) ------------------------
-    scores, mask = softmax.inputs[0], None
+    scores, mask, extra_bias = softmax.inputs[0], None, None
     add = producer(scores)
     if is_op(add, "Add"):
         scores, mask = _split_mask(add)
-        if scores is None:
-            return fail("mask", f"neither input of {describe(add)} comes from the Q·Kᵀ MatMul", add)
+        if scores is None:  # two biases added in turn: a relative position bias, then the mask (MPNet)
+            scores, mask, extra_bias, inner = _split_two_biases(add)
+            if scores is None:
+                return fail("mask", f"neither input of {describe(add)} comes from the Q·Kᵀ MatMul, nor does one "
+                            "through a second bias Add", add)
+            core.append(inner)
         core.append(add)
     fill = _mask_fill(producer(scores))
     if fill is not None:  # masked_fill: Where(mask, fill, scores) or Where(keep, scores, fill)
@@ -131,7 +138,7 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
             return fail("mask", f"the masked_fill condition is computed from the scores themselves, and {kind}",
                         producer(fill[0].inputs[0]))
     return Sdpa(softmax, qk, pv, scale, k_transposed, mask, fill, packed_fill, unidirectional, causal_nodes,
-                guard_zero, core)
+                guard_zero, core, extra_bias)
 
 
 def fill_fails(where: ir.Node) -> Fail | None:
@@ -213,6 +220,42 @@ def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
         if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (None, 4):
             return scores, mask
     return None, None
+
+
+def _split_two_biases(add: ir.Node):
+    """(scores, mask, other bias, the inner Add) for Add(Add(scores, a), b) in either operand order,
+    the mask being whichever of a and b is one row of key biases (a padding mask) if one is; else Nones."""
+    for side in (0, 1):
+        inner = producer(add.inputs[side])
+        if not is_op(inner, "Add") or len(consumers(inner.outputs[0])) != 1:
+            continue
+        scores, first = _split_mask(inner)
+        if scores is None:
+            continue
+        second = add.inputs[1 - side]
+        mask, extra = (first, second) if is_key_padding(first) and not is_key_padding(second) else (second, first)
+        return scores, mask, extra, inner
+    return None, None, None, None
+
+
+def extra_bias_fails(extra: ir.Value | None, num_heads: int) -> Fail | None:
+    """Why a second bias cannot join the mask in attention_bias, or None."""
+    if extra is None:
+        return None
+    problem = check_mask(extra, num_heads)
+    if problem is None:
+        return None
+    return fail("mask", f"the bias added beside the mask: {problem[0]}", problem[1])
+
+
+def with_extra_bias(op: ir.tape.Tape, match: Match, bias: ir.Value | None) -> ir.Value | None:
+    """attention_bias with the second bias (if any) added to it."""
+    extra = match.captures.get("extra_bias")
+    if extra is None:
+        return bias
+    if bias is None:
+        return extra
+    return op.op("Add", [extra, bias], name=f"{RULE_NAME}/{match.anchor}/biases")
 
 
 def _reads_block(value: ir.Value, block: list[ir.Node]) -> bool:
@@ -323,7 +366,7 @@ def heads_bias(op: ir.tape.Tape, match: Match, x_shape_source: ir.Value) -> ir.V
     if match.fill is not None:
         fill = fill_bias(op, match)
         bias = fill if bias is None else op.op("Add", [fill, bias], name=f"{RULE_NAME}/{match.anchor}/bias")
-    return bias
+    return with_extra_bias(op, match, bias)
 
 
 def expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:

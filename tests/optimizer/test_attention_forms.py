@@ -24,6 +24,9 @@ PINNED = {
     "falcon_dynamo.onnx": {"com.microsoft.GroupQueryAttention": 2, "com.microsoft.SkipLayerNormalization": 2},
     "bigcode_torchscript.onnx": {"LayerNormalization": 1, "com.microsoft.FastGelu": 2,
                                  "com.microsoft.GroupQueryAttention": 2, "com.microsoft.SkipLayerNormalization": 4},
+    # a relative position bias added to the scores, then the padding mask: attention_bias is their sum
+    "mpnet_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.BiasGelu": 2,
+                          "com.microsoft.EmbedLayerNormalization": 1, "com.microsoft.SkipLayerNormalization": 4},
 }
 
 
