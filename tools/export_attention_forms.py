@@ -3,7 +3,8 @@
     .venv/bin/python tools/export_attention_forms.py [KIND_EXPORTER ...]   # needs `make install-export`
 
 Each file is one attention form AttentionFusion must fuse exactly or refuse with a reason
-(docs/optimizer.md): multi-query K/V (Falcon, GPTBigCode), a relative position bias beside the mask (MPNet) The sizes are the smallest that keep
+(docs/optimizer.md): multi-query K/V (Falcon, GPTBigCode), a relative position bias beside the mask (MPNet),
+[batch*heads, ...] products (DeBERTa-v2) The sizes are the smallest that keep
 every form (hidden 32, 4 heads of 8, 2 layers, vocab 1000 so tests.oracle.fixture_feeds' ids fit),
 so each file stays near 100-250 KB; weights are seeded random and perturbed off their init, as
 tools/make_fixtures.py does, so a fusion dropping a bias or a norm weight changes results.
@@ -34,6 +35,8 @@ def config(kind: str):
     if kind == "bigcode":  # multi-query, learned positions, no rotary
         return t.GPTBigCodeConfig(n_embd=32, n_head=4, n_layer=2, n_inner=64, vocab_size=1000, n_positions=64,
                                   multi_query=True, bos_token_id=0, eos_token_id=0)
+    if kind == "deberta_v2":  # Q·Kᵀ and probs·V as [batch*heads, ...] 3-D products around a 4-D Softmax
+        return t.DebertaV2Config(**SIZES, type_vocab_size=0)
     if kind == "mpnet":  # a relative position bias added to the scores before the padding mask
         return t.MPNetConfig(**SIZES)
     raise KeyError(f"unknown kind {kind!r}")
@@ -82,7 +85,7 @@ def export(kind: str, exporter: str, path: Path) -> None:
     onnx.save(proto, str(path))
 
 
-FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo"]
+FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo"]
 
 
 def main(argv: list[str]) -> None:

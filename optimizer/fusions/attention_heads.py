@@ -41,6 +41,8 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
     q4, v4 = qk.inputs[0], pv.inputs[1]
     if rank(q4) != 4 or q4.shape is None:
         return None
+    if sdpa.scores_reshape is not None:
+        return fail("heads", "the products are [batch*heads, ...] 3-D ones; only packed projections fuse in that form")
     dims = _heads_dims(graph, q4)
     if not isinstance(dims[1], int) or not isinstance(dims[3], int):
         return fail("heads", f"Q '{q4.name}' has shape {[str(d) for d in q4.shape]}: the number of heads and the "

@@ -30,6 +30,7 @@ from optimizer.match import (
     is_op,
     opset,
     producer,
+    rank,
 )
 from optimizer.shape_probe import pinned_shapes
 from optimizer.text import preview
@@ -126,10 +127,12 @@ class LayoutProbe:
         array = self.run(chain, array, path.picks)
         if isinstance(array, str):
             return array
-        if array.ndim != 4:
-            return f"reaches the MatMul with rank {array.ndim}, not [batch, heads, ...]"
         if key_layout:
-            array = array.swapaxes(2, 3)
+            array = array.swapaxes(-2, -1)
+        if array.ndim == 3 and array.shape[0] % self.batch == 0:  # [B*N, S, H]: head n of batch b at row b*N + n
+            array = array.reshape(self.batch, array.shape[0] // self.batch, *array.shape[1:])
+        if array.ndim != 4:
+            return f"reaches the MatMul with rank {array.ndim}, not [batch, heads, ...] or [batch*heads, ...]"
         batch, num_heads, seq, head_size = array.shape
         if (batch, seq) != (self.batch, self.seq):
             return f"does not put batch and sequence on axes 0 and 2 (probe shape {list(array.shape)})"
@@ -220,14 +223,15 @@ def reshape_dims(shape, target: np.ndarray, node: ir.Node) -> list[int] | None:
     return dims
 
 
-def trace_output(value: ir.Value, probe: LayoutProbe, num_heads: int, head_size: int):
-    """Follow Transpose/Reshape after probs@V until [B, S, hidden] (or [B*S, hidden])."""
+def trace_output(value: ir.Value, probe: LayoutProbe, num_heads: int, head_size: int, batched_heads: bool = False):
+    """Follow Transpose/Reshape after probs@V ([B, N, S, H], or [B*N, S, H] when `batched_heads`)
+    until [B, S, hidden] (or [B*S, hidden])."""
     batch, seq, hidden = probe.batch, probe.seq, num_heads * head_size
     numbered = np.arange(batch * num_heads * seq * head_size, dtype=np.int64).reshape(batch, num_heads, seq, head_size)
     merged = numbered.transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
-    probe.shapes[id(value)] = numbered.shape
+    array = numbered.reshape(batch * num_heads, seq, head_size) if batched_heads else numbered
+    probe.shapes[id(value)] = array.shape
     nodes: list[ir.Node] = []
-    array = numbered
     while len(nodes) < MAX_CHAIN:
         user = data_consumer(value)
         if not (is_op(user, "Transpose") or is_op(user, "Reshape")) or user.inputs[0] is not value:
@@ -243,6 +247,26 @@ def trace_output(value: ir.Value, probe: LayoutProbe, num_heads: int, head_size:
             return nodes, value, True
     found = describe(data_consumer(value)) if data_consumer(value) is not None else "several consumers"
     return f"the heads are not merged back to [batch, sequence, {hidden}] by Transpose/Reshape (stopped at {found})"
+
+
+def batched_heads_fails(probe: LayoutProbe, sdpa_nodes: list[ir.Node], scores_reshape: ir.Node, probs_reshape: ir.Node,
+                        num_heads: int) -> str | None:
+    """Why the 3-D form's reshapes are not [B*N, S, T] -> [B, N, S, T] and back, or None. A row-major
+    reshape between exactly those shapes keeps head n of batch b at row b*N + n, as the Q, K and V
+    chains were proven to put it."""
+    batch, seq = probe.batch, probe.seq
+    flat, heads = (batch * num_heads, seq, seq), (batch, num_heads, seq, seq)
+    for node in sdpa_nodes:  # the Shape ops computing the targets read these
+        for output in node.outputs:
+            probe.shapes.setdefault(id(output), heads if rank(output) == 4 else flat)
+    for node, source, target in ((scores_reshape, flat, heads), (probs_reshape, heads, flat)):
+        probe.shapes[id(node.inputs[0])], probe.shapes[id(node.outputs[0])] = source, target
+        wanted = probe.ints(node.inputs[1])
+        found = None if wanted is None else reshape_dims(source, wanted, node)
+        if found is None or tuple(found) != target:
+            return (f"{describe(node)} does not reshape {'[batch*heads, S, T]' if len(source) == 3 else '[batch, heads, S, T]'}"
+                    f" scores to {'[batch, heads, S, T]' if len(target) == 4 else '[batch*heads, S, T]'}")
+    return None
 
 
 def data_consumer(value: ir.Value) -> ir.Node | None:

@@ -29,6 +29,7 @@ from optimizer.fusions.attention_layout import (
     MAX_CHAIN,
     RULE_NAME,
     LayoutProbe,
+    batched_heads_fails,
     dead_helpers,
     in_graph_order,
     trace_output,
@@ -104,7 +105,12 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
     if not nq == nk == nv or not hq == hk == hv:
         return fail("layout", f"Q, K, V head shapes differ: {nq}x{hq}, {nk}x{hk}, {nv}x{hv}")
     num_heads, head_size = nq, hq
-    out = trace_output(sdpa.pv.outputs[0], probe, num_heads, head_size)
+    batched = sdpa.scores_reshape is not None
+    if batched:
+        problem = batched_heads_fails(probe, sdpa.core, sdpa.scores_reshape, sdpa.probs_reshape, num_heads)
+        if problem is not None:
+            return fail("layout", problem, sdpa.scores_reshape)
+    out = trace_output(sdpa.pv.outputs[0], probe, num_heads, head_size, batched)
     if isinstance(out, str):
         return fail("output", out)
     out_nodes, out_value, flat_output = out

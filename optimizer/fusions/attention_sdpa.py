@@ -68,6 +68,11 @@ class Sdpa:
     # a second additive bias [B|1, N|1, S, T] beside the mask (MPNet's relative position bias): the
     # fused op's attention_bias is their sum, (scores + a) + b computed as scores + (a + b)
     extra_bias: ir.Value | None = None
+    # The 3-D form (DeBERTa-v2): Q·Kᵀ and probs·V as [B*N, ...] products, the scores reshaped to
+    # [B, N, S, T] for the mask and Softmax and back to [B*N, S, T] after it; the packed stage proves
+    # both reshapes keep head n of batch b at row b*N + n.
+    scores_reshape: ir.Node | None = None
+    probs_reshape: ir.Node | None = None
 
 
 def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
@@ -86,6 +91,11 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
         probs = guard[-1].outputs[0]
     guard_zero = const_array(guard[1].inputs[1]) if guard is not None else None
     pv = data_consumer(probs)
+    probs_reshape = None
+    if is_op(pv, "Reshape") and pv.inputs[0] is probs:  # [B, N, S, T] -> [B*N, S, T] for a 3-D product
+        probs_reshape, probs = pv, pv.outputs[0]
+        core.append(probs_reshape)
+        pv = data_consumer(probs)
     if not is_op(pv, "MatMul") or pv.inputs[0] is not probs:
         found = describe(pv) if pv is not None else f"{len(consumers(probs))} consumers"
         return fail("pv", f"Softmax output does not feed a MatMul with V as its right input (found {found})", pv)
@@ -114,7 +124,10 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
         if shown is not None:
             return fail("mask", f"{describe(where)} fills the scores with {shown:g}, not a large negative value "
                         f"(≤ {MASK_FILL_LIMIT:g}): it does not mask them out", where)
-    scale, scores_nodes, qk = _walk_scale(scores)
+    scale, scores_nodes, qk, scores_reshape = _product(scores)
+    if (scores_reshape is None) != (probs_reshape is None):
+        return fail("scores", "the scores are reshaped from [batch*heads, ...] products on one side of Softmax "
+                    "only", scores_reshape or probs_reshape)
     if scale is None:
         return fail("scores", f"the scores are scaled by a non-constant {describe(scores_nodes[-1])}", scores_nodes[-1])
     core += scores_nodes
@@ -138,7 +151,7 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
             return fail("mask", f"the masked_fill condition is computed from the scores themselves, and {kind}",
                         producer(fill[0].inputs[0]))
     return Sdpa(softmax, qk, pv, scale, k_transposed, mask, fill, packed_fill, unidirectional, causal_nodes,
-                guard_zero, core, extra_bias)
+                guard_zero, core, extra_bias, scores_reshape, probs_reshape)
 
 
 def fill_fails(where: ir.Node) -> Fail | None:
@@ -176,6 +189,18 @@ def _walk_scale(scores: ir.Value):
         scale *= factor
         node = producer(data)
     return scale, nodes, node
+
+
+def _product(scores: ir.Value):
+    """(scale, nodes, the Q·Kᵀ MatMul, the Reshape to [B, N, S, T] or None) for the scores, the
+    product 4-D or 3-D ([B*N, S, T], reshaped to 4-D, with scale steps on either side)."""
+    scale, nodes, node = _walk_scale(scores)
+    if scale is None or not is_op(node, "Reshape"):
+        return scale, nodes, node, None
+    inner, more, matmul = _walk_scale(node.inputs[0])
+    if inner is None or not is_op(matmul, "MatMul") or rank(matmul.inputs[0]) not in (None, 3):
+        return scale, nodes, node, None
+    return scale * inner, [*nodes, node, *more], matmul, node
 
 
 # A masked_fill value at or below this is "minus infinity" to softmax: exp(-1e4) underflows to 0.
@@ -216,8 +241,10 @@ def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
     """(scores, mask) for the Add before Softmax: scores are the side that reaches the Q·Kᵀ MatMul."""
     for scores, mask in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
         fill = _mask_fill(producer(scores))
-        _, _, matmul = _walk_scale(fill[1] if fill is not None else scores)
-        if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (None, 4):
+        _, _, matmul, reshape = _product(fill[1] if fill is not None else scores)
+        if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (
+            None, 3 if reshape is not None else 4
+        ):
             return scores, mask
     return None, None
 

@@ -27,6 +27,10 @@ PINNED = {
     # a relative position bias added to the scores, then the padding mask: attention_bias is their sum
     "mpnet_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.BiasGelu": 2,
                           "com.microsoft.EmbedLayerNormalization": 1, "com.microsoft.SkipLayerNormalization": 4},
+    # Q·Kᵀ and probs·V as [batch*heads, S, ...] products, the scores reshaped to [B, N, S, T] around
+    # the masked_fill and Softmax: the probe proves both reshapes keep head n of batch b at row b*N + n
+    "deberta_v2_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.BiasGelu": 2,
+                               "com.microsoft.SkipLayerNormalization": 4},
 }
 
 
