@@ -90,7 +90,7 @@ def model_history(
 ) -> ModelHistory:
     rows = session.execute(
         select(
-            Result.fingerprint, Result.engine, Result.level, Result.machine_class, Result.commit_id, Result.median_ms,
+            Result.engine, Result.level, Result.machine_class, Result.commit_id, Result.median_ms,
             Result.p10_ms, Result.p90_ms, cast(Result.fusions, Text).label("fusions"), Commit.seq,
         )
         .join(Commit, Commit.id == Result.commit_id)
@@ -99,12 +99,15 @@ def model_history(
     ).all()
     # Fused-op counts read as text and parsed once per distinct value: a series repeats the same few.
     parsed: dict[str, dict[str, int]] = {}
-    full: dict[str, tuple[Any, dict[int, Sample]]] = {}
+    # A series is what history points are stored under (usecases/history_points.py): engine, level and
+    # machine class. Results whose input shapes or threads differ (a fingerprint each) are one series,
+    # the latest result at a commit its point, as the history API shows it.
+    full: dict[tuple[str, str, str], tuple[Any, dict[int, Sample]]] = {}
     for row in rows:
         fusions = parsed.get(row.fusions)
         if fusions is None:
             fusions = parsed[row.fusions] = json.loads(row.fusions) if row.fusions else {}
-        _, samples = full.setdefault(row.fingerprint, (row, {}))
+        _, samples = full.setdefault((row.engine, row.level, row.machine_class), (row, {}))
         # A re-measurement of a commit replaces the earlier one (ids ascend within a commit).
         samples[row.seq] = Sample(row.seq, row.commit_id, row.median_ms, row.p10_ms, row.p90_ms, fusions)
     alerts = _alerts_by_series(session, model)

@@ -170,3 +170,22 @@ def test_commit_page_names_the_kernel_libraries_and_a_change_of_them(client):
     assert re.search(r"Kernel libraries:\s+conv onednn,\s+gemm mkl-packed → onednn,\s+wait spin", changed)
     same = client.get("/projects/engine/commits/c2").text
     assert '<p class="libraries">' in same and "→" not in same.split("Kernel libraries:")[1].split("</p>")[0]
+
+
+def test_a_model_whose_input_shapes_changed_between_commits_is_one_series_on_its_page(client):
+    """Two results for one model, engine and level with different input shapes (a fingerprint each) are
+    the one series their history points are stored under; the page failed with StopIteration before."""
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    for sha, parents, shape, ms in (("s0", [], "int64[1, 128]", 1.0), ("s1", ["s0"], "int64[1, 256]", 2.0)):
+        client.post("/api/v1/results", json={
+            "project": "engine", "commit": {"sha": sha, "parents": parents},
+            "results": [{"model": "bert.onnx", "engine": "fusionwatch", "engine_version": "1", "level": "all",
+                         "fusions": {}, "execute_ms": [ms] * 3, "inputs": {"input_ids": shape}}],
+        }).raise_for_status()
+    reply = client.get("/projects/engine/models/bert.onnx")
+    assert reply.status_code == 200, reply.text[:500]
+    figure = _figure(reply.text, "timing-figure")["data"]
+    [median] = [t for t in figure if t.get("name") == "fusionwatch/all median"]
+    assert [c[1] for c in median["customdata"]] == ["s0", "s1"] and median["y"] == [1.0, 2.0]
+    [series] = client.get("/api/v1/projects/engine/history", params={"model": "bert.onnx"}).json()["series"]
+    assert [p["commit"] for p in series["points"]] == ["s0", "s1"]  # the same series the API reads
