@@ -132,6 +132,14 @@ class ModelStore:
     def __init__(self, data_dir: Path) -> None:
         self.root = Path(data_dir) / "models"
 
+    def shown(self, text: str) -> str:
+        """`text` (a job's error) with paths under the data directory written relative to it: a reader
+        of GET /runs learns the model's file, not where the server keeps its data."""
+        data_dir = self.root.parent
+        for prefix in dict.fromkeys((str(data_dir), str(data_dir.resolve()))):
+            text = text.replace(prefix + os.sep, "")
+        return text
+
     def directory(self, sha256: str) -> Path:
         if not re.fullmatch(r"[0-9a-f]{64}", sha256):
             raise ValueError(f"not a sha256 digest: {sha256[:80]!r}")

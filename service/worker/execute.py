@@ -48,17 +48,18 @@ def execute_job(
         run = session.get(Run, job.run_id)
         project = session.get(Project, run.project_id)
         protocol = protocol_for(project.settings)
-        path = store.get(file.sha256, file.filename, file.data_files).path
+        stored = (file.sha256, file.filename, list(file.data_files))
         engine, level = job.engine, job.level
     started = time.perf_counter()
     try:
+        path = store.get(*stored).path
         measurement = measure(path, engine, level, protocol, limits, custom_ops=custom_ops)
     except (EngineError, ModelLoadError, FileNotFoundError) as error:
-        _fail(session_factory, job_id, str(error))
+        _fail(session_factory, job_id, store.shown(str(error)))
         return
     except Exception as error:  # a bug of ours on this model: the job says so, the worker carries on
         log.exception("job crashed", extra={"job_id": job_id})
-        _fail(session_factory, job_id, f"internal error while measuring ({type(error).__name__}: {error})")
+        _fail(session_factory, job_id, store.shown(f"internal error while measuring ({type(error).__name__}: {error})"))
         return
     with session_factory() as session:
         job = session.get(Job, job_id)

@@ -176,3 +176,22 @@ def test_models_folding_cannot_evaluate_are_stored_and_their_jobs_end_with_a_rea
     follow = _upload(client, project, [("file", ("ok.onnx", hostile.many_nodes(2).SerializeToString()))], commit="f1")
     assert drain(client) == 1
     assert client.get(follow.json()["run_url"]).json()["verdict"] == "ok"
+
+
+def test_job_errors_name_the_model_file_relative_to_the_data_directory(client, project, session):
+    """GET /runs shows a failed job's reason; the server's absolute data path is no part of it."""
+    data_dir = client.app.state.services.settings.data_dir
+    broken = _upload(client, project, [("file", ("t.onnx", hostile.transpose_perm_is_string().SerializeToString()))],
+                     commit="e0")
+    missing = _upload(client, project, [("file", ("gone.onnx", hostile.many_nodes(4).SerializeToString()))],
+                      commit="e1")
+    stored = client.app.state.services.store.directory(missing.json()["sha256"])
+    (stored / "gone.onnx").unlink()  # lost from the disk after its upload
+    assert drain(client) >= 2
+    errors = [job["error"] for reply in (broken, missing) for job in client.get(reply.json()["run_url"]).json()["jobs"]
+              if job["error"]]
+    assert any("gone.onnx is missing from models" in e for e in errors), errors
+    for error in errors:
+        assert str(data_dir) not in error and str(data_dir.resolve()) not in error, error
+    alerts = client.get("/api/v1/alerts", params={"kind": "job-failure"}).json()["items"]
+    assert alerts and not any(str(data_dir) in a["message"] for a in alerts)
