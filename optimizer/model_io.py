@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -44,12 +45,19 @@ class UnsafeModelError(ModelLoadError):
     """The model asks for something outside what it may touch (files outside its directory, ...)."""
 
 
+# One node limit for every way in: the service's uploads and workers, `fusionwatch optimize` and runtime
+# sessions all read it from here (the service's settings take the same variable), so a model the upload
+# refuses is refused by the CLI too, quickly, instead of a minute of optimizing 200,000 nodes.
+MAX_NODES_VARIABLE = "FUSIONWATCH_MAX_NODES"
+MAX_NODES = int(os.environ.get(MAX_NODES_VARIABLE, "50000"))
+
+
 @dataclass(frozen=True)
 class LoadLimits:
     """Bounds on what a model may declare. The defaults admit any real export we know of (a 70B-parameter
-    LLM has ~10k nodes and 1-2 GiB tensors); the service tightens them by setting."""
+    LLM has ~10k nodes and 1-2 GiB tensors); the service tightens the tensor size by setting."""
 
-    max_nodes: int = 1_000_000  # across the main graph, subgraphs and functions
+    max_nodes: int = MAX_NODES  # across the main graph, subgraphs and functions
     max_tensor_bytes: int = 32 * 1024**3  # one tensor's declared size
     max_op_chars: int = 256  # op_type and domain: no real op name comes near this
 
@@ -96,6 +104,10 @@ def load_model(
     refused. An ir.Model is returned as is (not copied) once its external tensors are checked.
     """
     if isinstance(source, ir.Model):
+        nodes = sum(graph.num_nodes() for graph in (source.graph, *source.graph.subgraphs()))
+        if nodes > limits.max_nodes:
+            raise ModelLoadError(f"<ir.Model>: {nodes} nodes is over the limit of {limits.max_nodes} "
+                                 f"({MAX_NODES_VARIABLE})")
         _check_ir_external_tensors(source)
         return source
     if isinstance(source, bytes):
@@ -187,11 +199,11 @@ def check_model_proto(
     graphs = list(_graphs(proto))
     nodes = sum(len(nodes) for _, nodes in graphs)
     if nodes > limits.max_nodes:
-        raise ModelLoadError(f"{label}: {nodes} nodes is over the limit of {limits.max_nodes}")
+        raise ModelLoadError(f"{label}: {nodes} nodes is over the limit of {limits.max_nodes} ({MAX_NODES_VARIABLE})")
     inlined = _inlined_node_count(proto, label, limits.max_nodes)
     if inlined > limits.max_nodes:
         raise ModelLoadError(f"{label}: {inlined} nodes once its local functions are inlined, over the limit "
-                             f"of {limits.max_nodes}")
+                             f"of {limits.max_nodes} ({MAX_NODES_VARIABLE})")
     _check_graph_texts(proto, label)
     for where, node_list in graphs:
         for index, node in enumerate(node_list):
@@ -434,6 +446,11 @@ def _check_tensor(tensor: onnx.TensorProto, label: str, base_dir: Path | None, l
 
 def _check_external(tensor: onnx.TensorProto, label: str, base_dir: Path | None, nbytes: int | None) -> None:
     name = shorten(tensor.name)
+    keys = Counter(entry.key for entry in tensor.external_data)
+    if repeated := sorted(key for key, count in keys.items() if count > 1):
+        # Which one counts is up to the reader (onnxruntime refuses the file), so the model is refused now.
+        raise ModelLoadError(f"{label}: tensor '{name}' lists the external-data key '{shorten(repeated[0], 60)}' "
+                             f"{keys[repeated[0]]} times")
     entries = {entry.key: entry.value for entry in tensor.external_data}
     location = entries.get("location", "")
     shown = shorten(location, 120)

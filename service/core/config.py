@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from optimizer.model_io import MAX_NODES
 from service.db import DEFAULT_POOL_SIZE
 
 # service/core/config.py -> the checkout's root, where alembic.ini, migrations/ and var/ live.
@@ -36,7 +37,7 @@ class Settings(BaseSettings):
     # max_upload_mb gets 413; a model over max_nodes nodes or with a tensor declaring more than
     # max_tensor_mb gets 422 naming the limit.
     max_upload_mb: int = 1024
-    max_nodes: int = 50_000
+    max_nodes: int = MAX_NODES  # the optimizer's, which the CLI and runtime sessions use too
     max_tensor_mb: int = 4096
     # Unset: jobs run in the embedded worker process `fusionwatch serve` spawns. redis://...: jobs go to
     # Celery on that broker, one queue per machine class, for `fusionwatch worker` on any machine.

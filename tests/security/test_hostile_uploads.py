@@ -195,3 +195,16 @@ def test_job_errors_name_the_model_file_relative_to_the_data_directory(client, p
         assert str(data_dir) not in error and str(data_dir.resolve()) not in error, error
     alerts = client.get("/api/v1/alerts", params={"kind": "job-failure"}).json()["items"]
     assert alerts and not any(str(data_dir) in a["message"] for a in alerts)
+
+
+def test_an_external_data_entry_listing_location_twice_is_refused_at_upload(client, project, session):
+    """onnxruntime refuses such a file, so its jobs would fail later; the upload fails now, naming the key."""
+    model = hostile.model_reading("weights.bin")
+    repeated = model.graph.initializer[0].external_data.add()
+    repeated.key, repeated.value = "location", "weights.bin"
+    weights = np.array([0, 1], dtype=np.int64).tobytes()
+    reply = _upload(client, project, [("file", ("model.onnx", model.SerializeToString())),
+                                      ("data", ("weights.bin", weights))], commit="twice")
+    assert reply.status_code == 422, reply.text
+    assert "tensor 'stolen' lists the external-data key 'location' 2 times" in reply.json()["detail"]
+    assert session.scalar(select(ModelFile.id)) is None

@@ -259,3 +259,38 @@ def test_local_functions_are_inlined_and_their_inlined_size_is_bounded():
     chain = _function_model(3000)  # refused for its depth before it could exhaust Python's stack
     with pytest.raises(ModelLoadError, match="local functions call each other more than 64 deep"):
         load_model(chain)
+
+
+@pytest.fixture(scope="module")
+def model_of_200000_nodes(tmp_path_factory):
+    path = tmp_path_factory.mktemp("big") / "many.onnx"
+    path.write_bytes(hostile.many_nodes(200_000).SerializeToString())
+    return path
+
+
+def test_the_cli_and_the_runtime_refuse_a_200000_node_model_naming_the_shared_limit(model_of_200000_nodes):
+    """The upload's node limit is the loader's default, so `fusionwatch optimize` and a runtime session
+    refuse what an upload would (they took 57 s and 42 s before)."""
+    from service.core.config import Settings
+
+    assert Settings().max_nodes == LoadLimits().max_nodes == 50_000
+    expected = "200000 nodes is over the limit of 50000 (FUSIONWATCH_MAX_NODES)"
+    result = runner.invoke(app, ["optimize", str(model_of_200000_nodes), "--json"])
+    assert result.exit_code == 2 and expected in result.output, result.output
+    with pytest.raises(ModelLoadError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        runtime.InferenceSession(model_of_200000_nodes)
+    with pytest.raises(ModelLoadError, match="200000 nodes is over the limit"):
+        runtime.InferenceSession(onnx.load(model_of_200000_nodes))
+    ir_model = load_model(model_of_200000_nodes, limits=LoadLimits(max_nodes=200_000))
+    with pytest.raises(ModelLoadError, match="<ir.Model>: 200000 nodes is over the limit of 50000"):
+        runtime.InferenceSession(ir_model)
+
+
+def test_an_external_data_entry_listing_a_key_twice_is_refused_naming_it(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(np.array([0, 1], np.int64).tobytes())
+    model = hostile.model_reading("weights.bin")
+    repeated = model.graph.initializer[0].external_data.add()
+    repeated.key, repeated.value = "location", "other.bin"
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelLoadError, match="tensor 'stolen' lists the external-data key 'location' 2 times"):
+        optimize(tmp_path / "model.onnx")
