@@ -252,7 +252,7 @@ def test_local_functions_are_inlined_and_their_inlined_size_is_bounded():
     assert not model.functions and [n.op_type for n in model.graph] == ["Relu"] * 8
     x = np.array([-1.0, 2.0], np.float32)
     assert runtime.InferenceSession(_function_model(3).SerializeToString()).run(None, {"x": x})[0].tolist() == [0.0, 2.0]
-    with pytest.raises(ModelLoadError, match=r"1048576 nodes once its local functions are inlined, over the limit of 1000000"):
+    with pytest.raises(ModelLoadError, match=r"65536 nodes once its local functions are inlined, over the limit of 50000"):
         load_model(_function_model(20))
     with pytest.raises(ModelLoadError, match="local function local.f0 calls itself"):
         optimize(_function_model(2, recursive=True))
