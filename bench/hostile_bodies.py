@@ -126,7 +126,7 @@ def run() -> dict:
                                        capture_output=True, check=True).stdout
                 http.post(f"{base}/projects/bench/models", files={"file": ("relu.onnx", model)}).raise_for_status()
                 cases, headers = _cases()
-                for name, path, spec in cases[:2]:  # warm: the routes' first use imports and compiles
+                for _name, path, spec in cases[:2]:  # warm: the routes' first use imports and compiles
                     _send(http, base + path, spec, headers)
                 rows = []
                 for name, path, spec in cases:
