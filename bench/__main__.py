@@ -1,4 +1,5 @@
-"""`make bench`: our optimizer and executor next to onnxruntime on BERT-base, GPT-2 small, ResNet-50.
+"""`make bench`: our optimizer and executor next to onnxruntime on BERT-base, GPT-2 small, ResNet-50,
+then on the small models (bench/small.py: tiny BERT and GPT-2, sequence 1, 16, 128, one thread).
 
 Prints, per model:
   - optimizer: load, pass time per level (loading and saving excluded) and save time, next to
@@ -19,7 +20,10 @@ Prints, per model:
 Writes bench/results/<model>.json with the machine's CPU and thread count.
 
     python -m bench [--models bert_base gpt2_small resnet50] [--runs 10] [--threads 2] [--skip-runtime]
-                    [--profile 8] [--levels disabled all]
+                    [--profile 8] [--levels disabled all] [--small | --no-small] [--blocks 20]
+
+`--small` runs the small models alone (the large ones take long on a shared 2-core machine);
+`--no-small` the large ones alone.
 """
 
 from __future__ import annotations
@@ -312,6 +316,9 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="also the N costliest op types")
     parser.add_argument("--levels", nargs="+", default=list(LEVEL_NAMES), choices=list(LEVEL_NAMES),
                         help="executor levels to time (the fusion speedup needs disabled and all)")
+    parser.add_argument("--small", action=argparse.BooleanOptionalAction, default=None,
+                        help="the small models only (--small) or not at all (--no-small); default: both")
+    parser.add_argument("--blocks", type=int, default=20, help="small models: alternating blocks of --runs runs")
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     from runtime.kernel_choice import cpu_info, gemm_candidates
@@ -334,7 +341,7 @@ def main() -> None:
               " between calls (runtime/kernels/openmp.py)")  # fmt: skip
     elif openmp.available():
         print(f"  MKL's and oneDNN's OpenMP workers: KMP_BLOCKTIME={openmp.user_blocktime()} as set, not raced")
-    for name in args.models:
+    for name in args.models if not args.small else ():
         path = model_path(name)
         result = {"model": name, "machine": machine, "optimizer": bench_optimizer(path, args.threads)}
         opt = result["optimizer"]
@@ -393,6 +400,10 @@ def main() -> None:
                 fusion = executor["fusion_speedup"]
                 print_profile(name, result["profile"], fusion["disabled_ms"] if fusion else None)
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
+    if args.small is not False:
+        from bench import small
+
+        small.run(args.levels, args.blocks, args.runs, RESULTS)
     print(f"\nresults in {RESULTS}/")
 
 

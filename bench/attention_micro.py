@@ -88,7 +88,7 @@ def _path_taken(kernel, x, weights, bias) -> str:
     from runtime.kernels import contrib_attention, gemm
 
     qkv = gemm.matmul_packed(x, kernel.packed) if gemm.applies(kernel.packed, x, weights) else x @ weights
-    library = contrib_attention._head_library(np, qkv)
+    library = contrib_attention.head_library(np, qkv)
     return f"heads in place ({library})" if library else "heads copied"
 
 
@@ -102,13 +102,13 @@ def _after_projection(attention, inputs, qkv):
 
 @contextlib.contextmanager
 def _heads_read_on(library: str | None):
-    """`contrib_attention._head_library` answering `library` wherever it would read heads in place."""
+    """`contrib_attention.head_library` answering `library` wherever it would read heads in place."""
     if library is None:
         yield
         return
     from runtime.kernels import contrib_attention
 
-    real = contrib_attention._head_library
+    real = contrib_attention.head_library
     with mock.patch.object(contrib_attention, "_head_library", lambda xp, *xs: real(xp, *xs) and library):
         yield
 
@@ -116,14 +116,14 @@ def _heads_read_on(library: str | None):
 def measure(
     entrant: str, cases: list[str], calls: int, threads: int, batch: int, seq: int, heads_on: str | None = None
 ) -> list[dict]:
-    from runtime.kernel_choice import _split
+    from runtime.kernel_choice import split
     from runtime.kernels import gemm, libraries
     from runtime.memory import keep_freed_memory
     from runtime.threads import limit_blas_threads
 
     limit_blas_threads(threads)
     keep_freed_memory()  # as a session does by default: scores and context come from the heap, not fresh pages
-    library, wait = _split(entrant)
+    library, wait = split(entrant)
     choice = {"gemm": library} | ({"wait": wait} if wait else {})
     rows = []
     with libraries.using(choice), _heads_read_on(heads_on):
@@ -167,7 +167,7 @@ def measure_products(calls: int, threads: int, batch: int, seq: int) -> list[dic
     scores = np.empty((batch, HEADS, seq, seq), np.float32)
     context = np.empty((batch, HEADS, seq, head), np.float32)
     merged = np.empty((batch, seq, HIDDEN), np.float32)
-    rows = contrib_attention._rows_of
+    rows = contrib_attention.rows_of
     products = {}
     if gemm.available():
         products["mkl QK^T"] = lambda: [gemm.batch_strided(HEADS, seq, seq, head, 1.0, rows(q, b, head),
@@ -194,7 +194,7 @@ def measure_products(calls: int, threads: int, batch: int, seq: int) -> list[dic
 def _entrants() -> list[str]:
     from runtime import kernel_choice
 
-    return kernel_choice._with_waits(kernel_choice.gemm_candidates())
+    return kernel_choice.with_waits(kernel_choice.gemm_candidates())
 
 
 def _in_fresh_process(entrant: str, args) -> list[dict]:

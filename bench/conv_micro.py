@@ -2,7 +2,7 @@
 
 For each layer: Conv (NCHW, levels basic and extended) on the numpy path (im2col + BLAS GEMM),
 NhwcFusedConv (channels-last, what the layout level runs) on the same numpy path (a run-time
-weight) and on oneDNN (a constant weight, where installed: runtime/kernels/onednn.py), and
+weight) and on oneDNN (a constant weight, where installed: runtime/kernels/onednn_conv.py), and
 onnxruntime's Conv. Prints median milliseconds per call; not a test. Pin it to one core on a busy machine:
 
     taskset -c 0 .venv/bin/python -m bench.conv_micro

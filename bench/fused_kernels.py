@@ -45,7 +45,7 @@ from onnx import helper
 from runtime.kernels import compiled, contrib_attention
 from runtime.kernels.activation import sigmoid
 from runtime.kernels.conv import Conv
-from runtime.kernels.elementwise import erf
+from runtime.kernels.erf_fit import erf
 from runtime.kernels.gemm import product
 from runtime.kernels.registry import find_kernel
 from runtime.threads import limit_blas_threads
@@ -103,7 +103,7 @@ def _at_default_width(loop):
     """`loop` recompiled with its `_wide_vectors()` call a no-op: LLVM's default vector width."""
     source = loop.py_func
     body = types.FunctionType(source.__code__, {**source.__globals__, "_wide_vectors": _default_width})
-    return njit(**compiled._OPTIONS)(body)
+    return njit(**compiled.JIT_OPTIONS)(body)
 
 
 _WIDE_LOOPS = [

@@ -5,7 +5,7 @@ Not a test.
 Why alone: the race (runtime/kernel_choice.py) times its entrants one after another in one
 process. Here nothing else has run in the process, so a race whose libraries disturbed one
 another would show numbers the race's do not match (issue 14). Each entrant's call is the race's
-own (`kernel_choice._time_gemm`: the product, then the one-thread pass a model runs over its
+own (`kernel_choice.time_gemm`: the product, then the one-thread pass a model runs over its
 output); "onednn/spin" and "onednn/sleep" are oneDNN with its OpenMP workers spinning 1 ms or
 sleeping at once between calls (runtime/kernels/openmp.py).
 
@@ -35,7 +35,7 @@ BERT_SHAPES = "128x768x2304x12,128x768x768x12,128x768x3072x12,128x3072x768x12"
 def _entrants() -> list[str]:
     from runtime import kernel_choice
 
-    return [*kernel_choice._with_waits(kernel_choice.gemm_candidates()), "onnxruntime"]
+    return [*kernel_choice.with_waits(kernel_choice.gemm_candidates()), "onnxruntime"]
 
 
 def _onnxruntime_call(shape, threads: int):
@@ -91,7 +91,7 @@ def measure(entrant: str, shapes: list[tuple[int, int, int, int]], threads: int,
         if entrant == "onnxruntime":
             call = _onnxruntime_call(shape, threads)
         else:
-            call = kernel_choice._time_gemm(entrant, shape)
+            call = kernel_choice.time_gemm(entrant, shape)
         times = call_times_ms(call, calls)
         m, k, n, count = shape
         rows.append({"shape": list(shape), "median_ms": statistics.median(times),

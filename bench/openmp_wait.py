@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from bench.gemm_micro import call_times_ms
-from runtime.kernels import compiled, libraries, onednn, onednn_matmul, openmp
+from runtime.kernels import compiled, libraries, onednn, onednn_conv, onednn_matmul, openmp
 from runtime.threads import limit_blas_threads
 
 CALLS = 300
@@ -27,7 +27,7 @@ CALLS = 300
 def _convolution():
     rng = np.random.default_rng(0)
     weight = rng.standard_normal((256, 256, 3, 3), dtype=np.float32)
-    primitive = onednn.ConvPrimitive(
+    primitive = onednn_conv.ConvPrimitive(
         (1, 14, 14, 256), weight, True, group=1, strides=[1, 1], dilations=[1, 1], begin=[1, 1], end=[1, 1],
         out=[14, 14],
     )  # fmt: skip

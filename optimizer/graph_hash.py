@@ -15,7 +15,9 @@ from optimizer.match import op_key
 
 def _attribute_text(attribute: ir.Attr) -> str:
     if attribute.type == ir.AttributeType.TENSOR:
-        tensor = attribute.as_tensor()
+        # The value itself, not as_tensor(): that checks it against onnx-ir's runtime Protocol,
+        # which cost most of an unoptimized tiny model's hash (~0.7 ms a Constant node).
+        tensor = attribute.value
         # Small tensors (shapes, axes) are structure; large ones are weights.
         if tensor.size <= 16:
             return f"{attribute.name}=T{tensor.dtype}{list(tensor.numpy().reshape(-1).tolist())}"

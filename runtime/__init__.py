@@ -5,9 +5,11 @@
     outputs = session.run(None, {"input": x})
 
 Modules: options (SessionOptions), session (InferenceSession), plan (node order, kernels,
-slots, release points), executor (the loop; GraphExecutor for subgraphs), profiler
-(ONNX Runtime-format traces), threads (intra_op_num_threads), errors, providers
-(onnxruntime's providers list -> backend), kernels/, backends/ (numpy; CUDA on CuPy).
+slots, release points), plan_function (the plan written out as one Python function, what
+most runs execute), executor (GraphExecutor: runs a plan, for the session and for subgraphs;
+the plain loop for first and profiled runs), profiler (ONNX Runtime-format traces), threads
+(intra_op_num_threads), errors, providers (onnxruntime's providers list -> backend),
+kernels/ (kernels/onednn.py is the oneDNN binding), backends/ (numpy; CUDA on CuPy).
 """
 
 from runtime.backends.cuda import CudaUnavailableError

@@ -8,13 +8,15 @@ kernel instances, value slots, release points. A run copies the plan's slot temp
 places the feeds, and loops: gather the step's input slots, call the pre-bound kernel,
 store its outputs, drop the values nothing reads any more.
 
-Subgraphs, for control-flow kernels (If, Loop, Scan):
+Subgraphs, for control-flow kernels (If, Loop, Scan): the plan builds such a kernel with a
+planner for its subgraphs, an executor in the same scope (opsets, backend, extra kernels), so
+kernels never import this module (runtime/kernels/base.py, `SubgraphKernel`):
 
-    class If(Kernel):
-        def __init__(self, node, opset, backend=numpy_backend):
-            super().__init__(node, opset, backend)
-            self.then_branch = GraphExecutor(self.attr("then_branch"))
-            self.else_branch = GraphExecutor(self.attr("else_branch"))
+    class If(SubgraphKernel):
+        def __init__(self, node, opset, backend=numpy_backend, *, plan_subgraph):
+            super().__init__(node, opset, backend, plan_subgraph=plan_subgraph)
+            self.then_branch = self.subgraph("then_branch")
+            self.else_branch = self.subgraph("else_branch")
 
         def run(self, cond, *, outer_scope):
             branch = self.then_branch if bool(cond) else self.else_branch
@@ -23,26 +25,27 @@ Subgraphs, for control-flow kernels (If, Loop, Scan):
 - A node with a graph attribute has its kernel called as `run(*inputs, outer_scope=mapping)`;
   `mapping` holds, by name, every value its subgraphs (at any depth) read from enclosing
   graphs. Pass it on unchanged to the subgraph's `run`.
-- `GraphExecutor(graph)` without `opsets` reuses the scope the enclosing graph was planned
-  with (model opsets, backend, extra kernels), which planning stores in `graph.meta` before
-  it builds the node's kernel. So a kernel builds its subgraph executors in `__init__`, at
-  session creation, and a missing op inside a body fails there, not mid-run.
+- Subgraphs are planned in the kernel's `__init__`, at session creation, so a missing op
+  inside a body fails there, not mid-run.
 - `run(feeds, outer_scope)` takes feeds by the subgraph's input names (`input_names`, in
   order, e.g. Loop's iteration number, condition and carried values) and returns outputs in
   `output_names` order. Subgraph feeds are not type-checked: bodies often leave them untyped.
 - An executor is safe to call re-entrantly and from several threads: each run has its own
   slot list. Kernels must keep `run` free of per-call state for the same reason.
 
-Speed: most runs go through `_run_steps`. The first run for each distinct set of feed
-shapes, and every run while profiling, goes through `_run_measured` instead, which also
-checks each kernel's output contract, measures the peak bytes of live intermediates, and
-times nodes for the profiler; so the common path pays for none of that.
+Speed: most runs go through the plan written out as one function (runtime/plan_function.py:
+a line per step, intermediates in local variables). The first run for each distinct set of
+feed shapes, and every run while profiling, goes through `run_measured` instead, the plain
+loop over the plan, which also checks each kernel's output contract, measures the peak bytes
+of live intermediates, and times nodes for the profiler; so the common path pays for none of
+that.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import onnx_ir as ir
@@ -50,7 +53,8 @@ import onnx_ir as ir
 from runtime.backends import Backend, numpy_backend
 from runtime.errors import GraphPlanError, InvalidFeedError, NodeExecutionError, domain_label
 from runtime.kernels.base import Kernel
-from runtime.plan import SCOPE_META_KEY, SINK_SLOT, Plan, Scope, Step, build_plan, normalize_domain
+from runtime.plan import SINK_SLOT, Plan, Scope, Step, build_plan, normalize_domain
+from runtime.plan_function import PlanFunction
 from runtime.profiler import ACTIVE_PROFILER, Profiler
 
 # Peak bytes are measured once per distinct feed shapes; a Loop whose carried tensors grow
@@ -64,25 +68,28 @@ class GraphExecutor:
     def __init__(
         self,
         graph: ir.Graph,
-        opsets: Mapping[str, int] | None = None,
+        opsets: Mapping[str, int],
         backend: Backend | None = None,
         extra_kernels: Sequence[type[Kernel]] | None = None,
     ) -> None:
-        inherited: Scope | None = graph.meta.get(SCOPE_META_KEY)
-        if opsets is None and inherited is None:
-            raise GraphPlanError(
-                f"GraphExecutor for graph '{graph.name}' needs opsets: pass them, or build it from a kernel "
-                "whose node the runtime planned (the enclosing scope is then reused)"
-            )
-        if opsets is not None:
-            opsets = {normalize_domain(domain): version for domain, version in opsets.items()}
-        if inherited is not None:  # explicit arguments win over the inherited scope
-            opsets = opsets if opsets is not None else inherited.opsets
-            backend = backend or inherited.backend
-            extra_kernels = extra_kernels if extra_kernels is not None else inherited.extra_kernels
-        self.scope = Scope(opsets, backend or numpy_backend, tuple(extra_kernels or ()))
+        opsets = {normalize_domain(domain): version for domain, version in opsets.items()}
+        self._start(graph, Scope(opsets, backend or numpy_backend, tuple(extra_kernels or ())))
+
+    @classmethod
+    def in_scope(cls, scope: Scope, graph: ir.Graph) -> GraphExecutor:
+        """An executor for a subgraph, planned in its enclosing graph's scope."""
+        executor = cls.__new__(cls)
+        executor._start(graph, scope)
+        return executor
+
+    def _start(self, graph: ir.Graph, scope: Scope) -> None:
+        self.scope = scope
         self.graph = graph
-        self.plan: Plan = build_plan(graph, self.scope)
+        self.plan: Plan = build_plan(graph, scope, partial(GraphExecutor.in_scope, scope))
+        plan = self.plan
+        self._function = PlanFunction(
+            plan.steps, [run for run, *_ in plan.loop], plan.intermediate_slots, plan.output_slots
+        )
         self.peak_bytes = 0
         self._measured_shapes: set[tuple] = set()
 
@@ -136,33 +143,28 @@ class GraphExecutor:
         measured = self._measured_shapes
         first_run = shapes not in measured and len(measured) < MAX_MEASURED_SHAPES
         if profiler is None and not first_run:
-            _run_steps(self.plan, values)
+            try:
+                self._function.run(values)
+            except Exception as error:
+                failed = self._function.failed_step(error.__traceback__)
+                if failed is None:
+                    raise
+                index, local_values = failed
+                step = self.plan.steps[index]
+                args = [local_values.get(f"x{slot}", values[slot]) for slot in step.inputs]
+                raise _node_failure(step, args, error) from error
             return
-        peak = _run_measured(self.plan, values, profiler, self.scope.backend, first_run)
+        peak = run_measured(self.plan, values, profiler, self.scope.backend, first_run)
         if first_run:
             self.peak_bytes = max(self.peak_bytes, peak)
             measured.add(shapes)
 
 
-def _run_steps(plan: Plan, values: list[Any]) -> None:
-    # zip(strict=False): a kernel may return optional outputs its node does not name.
-    for index, (run, inputs, outputs, frees) in enumerate(plan.loop):
-        try:
-            results = run(*[values[i] for i in inputs])
-        except Exception as error:
-            step = plan.steps[index]
-            raise _node_failure(step, [values[i] for i in step.inputs], error) from error
-        for slot, value in zip(outputs, results, strict=False):
-            values[slot] = value
-        for slot in frees:
-            values[slot] = None
-
-
-def _run_measured(
+def run_measured(
     plan: Plan, values: list[Any], profiler: Profiler | None, backend: Backend, first_run: bool = True
 ) -> int:
-    """`_run_steps` plus, on a feed shape's `first_run`, contract checks and peak live bytes,
-    and when profiling, node events; the peak (0 but on a first run). When profiling, each node
+    """The plain loop over the plan plus, on a feed shape's `first_run`, contract checks and peak
+    live bytes, and when profiling, node events; the peak (0 but on a first run). When profiling, each node
     waits for its device work, so a GPU node's time is its own. The checks and the peak are a
     first run's only, as without profiling: walking every live value after every node cost a
     profiled run of a small model as much as its kernels (0.43 ms of 0.47 on 120 nodes)."""

@@ -22,7 +22,7 @@ product waits for the hypervisor to run it again; so the race lets each library 
 
 Candidates take turns, round after round, and each keeps its best time per shape, so a burst of
 load from another process on a shared machine costs all of them alike. A GEMM candidate is timed
-with the one-thread pass that follows a product in a model (`_time_gemm`): a library whose
+with the one-thread pass that follows a product in a model (`time_gemm`): a library whose
 workers spin after a product slows that pass down on a busy machine, and a model run pays it. A model whose products
 are too small to tell apart (or that has none with static shapes) gets the machine's choice on
 BERT-base's shapes instead. Every result is cached per machine (CPU model, its vector extensions,
@@ -211,7 +211,7 @@ def gemm_candidates() -> list[str]:
 _OPENMP_LIBRARIES = ("mkl-packed", "onednn")
 
 
-def _with_waits(candidates: list[str]) -> list[str]:
+def with_waits(candidates: list[str]) -> list[str]:
     """The race's entrants: each OpenMP library once per wait ("onednn/spin", "onednn/sleep"),
     since which wait is faster depends on the machine (runtime/kernels/openmp.py)."""
     if not openmp.settable():
@@ -220,7 +220,7 @@ def _with_waits(candidates: list[str]) -> list[str]:
             for wait in (openmp.WAITS if c in _OPENMP_LIBRARIES else [None])]  # fmt: skip
 
 
-def _split(entrant: str) -> tuple[str, str | None]:
+def split(entrant: str) -> tuple[str, str | None]:
     """("onednn", "spin") from "onednn/spin"; ("numpy", None) from "numpy"."""
     library, _, wait = entrant.partition("/")
     return library, wait or None
@@ -284,11 +284,11 @@ def _choose_gemm(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None)
         shapes, scope = REFERENCE_GEMM_SHAPES, "BERT-base's (this model's are too small to rank libraries by)"
     shapes = shapes[:MAX_SHAPES]
     return _measured(
-        "gemm", candidates, shapes, cpu, threads, _time_gemm, f"{scope} {len(shapes)} largest GEMM shapes"
+        "gemm", candidates, shapes, cpu, threads, time_gemm, f"{scope} {len(shapes)} largest GEMM shapes"
     )
 
 
-def _time_gemm(library: str, shape) -> Callable[[], object]:
+def time_gemm(library: str, shape) -> Callable[[], object]:
     """A call that runs one product of `shape` on `library`, its weight prepared beforehand,
     and then, on this thread alone, the pass a model runs over a product's output next (the
     compiled bias-GELU loop, as a fused layer's MLP does; SkipLayerNormalization and the masked
@@ -302,7 +302,7 @@ def _time_gemm(library: str, shape) -> Callable[[], object]:
     fastest of 10 runs each); with the pass in the timing it loses there, as it should, and
     on an idle machine, where the spinning worker has a core of its own, the pass costs every
     library alike."""
-    library, wait = _split(library)
+    library, wait = split(library)
     m, k, n, _ = shape
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -328,7 +328,7 @@ def _time_gemm(library: str, shape) -> Callable[[], object]:
 # ---- channels-last convolutions --------------------------------------------------------------
 
 
-def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], int]]:
+def conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], int]]:
     """The distinct NhwcFusedConv nodes oneDNN could run (float32 constant weight and bias, an input shape
     static but for the batch, taken as 1): one node per distinct convolution (input and weight
     shape, attributes, residual or not), with its input shape and how many nodes share it,
@@ -360,7 +360,7 @@ def _conv_nodes(model: ir.Model) -> list[tuple[ir.Node, tuple[int, ...], int]]:
             found[key][2] += 1
         else:
             found[key] = [node, tuple(shape), 1]
-    return sorted((tuple(item) for item in found.values()), key=lambda item: -_conv_flops(*item))
+    return sorted((tuple(item) for item in found.values()), key=lambda item: -conv_flops(*item))
 
 
 def _conv_signature(node: ir.Node) -> tuple:
@@ -371,7 +371,7 @@ def _conv_signature(node: ir.Node) -> tuple:
     return (tuple(node.inputs[1].shape), attributes, residual)
 
 
-def _conv_flops(node: ir.Node, shape: tuple[int, ...], count: int) -> float:
+def conv_flops(node: ir.Node, shape: tuple[int, ...], count: int) -> float:
     """2 x output positions x weight size x count; the output's positions from the strides
     (a stride-2 convolution does a quarter of the work its input size suggests)."""
     strides = node.attributes.get("strides")
@@ -386,7 +386,7 @@ def _choose_conv(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None)
         if fixed not in candidates:
             raise ValueError(f"kernel_libraries conv={fixed!r} is not loadable here; loadable: {candidates}")
         return KernelChoice("conv", fixed, "set by SessionOptions.kernel_libraries")
-    nodes = _conv_nodes(model)[:MAX_CONVS]
+    nodes = conv_nodes(model)[:MAX_CONVS]
     if len(candidates) == 1:
         return KernelChoice("conv", candidates[0], f"the only one loadable ({onednn.unavailable_reason()})")
     if not nodes:
@@ -402,7 +402,7 @@ def _choose_conv(model: ir.Model, cpu: CpuInfo, threads: int, fixed: str | None)
 def _time_conv(library: str, item, opset: int) -> Callable[[], object]:
     from runtime.kernels.conv_nhwc import NhwcFusedConv
 
-    library, wait = _split(library)
+    library, wait = split(library)
     node, shape, _ = item
     kernel = NhwcFusedConv(node, opset)
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
@@ -422,7 +422,7 @@ def _time_conv(library: str, item, opset: int) -> Callable[[], object]:
 
 
 def _measured(family, libraries_here, shapes, cpu, threads, make_call, scope, rounds=None) -> KernelChoice:
-    candidates = _with_waits(libraries_here)
+    candidates = with_waits(libraries_here)
     described = [list(_shape_key(s)) for s in shapes]
     key = json.dumps(
         {"cpu": cpu.model, "ext": cpu.extensions, "threads": threads, "family": family,
@@ -434,7 +434,7 @@ def _measured(family, libraries_here, shapes, cpu, threads, make_call, scope, ro
     entry = _SEEN.get((str(cache), key)) or _read_cache(cache).get(key)
     if entry is None:
         try:
-            timings = _race(candidates, shapes, make_call, rounds)
+            timings = race_libraries(candidates, shapes, make_call, rounds)
         except (ValueError, TypeError, IndexError, RuntimeError, ArithmeticError) as error:
             # Shapes or constants an invalid model contradicts itself with: nothing to time. The
             # kernels then refuse the node by name when the plan builds them (a GraphPlanError).
@@ -453,7 +453,7 @@ def _measured(family, libraries_here, shapes, cpu, threads, make_call, scope, ro
     handicaps = [c for c in candidates if c in _HANDICAP and len(candidates) > 1]
     note = f"; {', '.join(handicaps)} must win by {_HANDICAP_NOTE}" if handicaps else ""
     reason = f"fastest on {scope}: {ranking} ({where}{note})"
-    library, wait = _split(winner)
+    library, wait = split(winner)
     return KernelChoice(family, library, reason, dict(timings), described, wait)
 
 
@@ -466,7 +466,7 @@ def _shape_key(shape) -> tuple:
     return tuple(shape)
 
 
-def _race(candidates, shapes, make_call, rounds: int | None = None) -> dict[str, float]:
+def race_libraries(candidates, shapes, make_call, rounds: int | None = None) -> dict[str, float]:
     """ms a run of `shapes` (each weighted by its count) takes on each candidate: per shape, the
     lower quartile of `rounds` (ROUNDS) timed calls.
 
@@ -531,7 +531,7 @@ def _lower_quartile(times: list[float]) -> float:
 
 
 def _timed_rounds(entrants, calls, samples, count: int, previous: str | None, first: bool = False) -> str | None:
-    """`count` rounds of `entrants`' blocks (see `_race`), their times appended to `samples`;
+    """`count` rounds of `entrants`' blocks (see `race_libraries`), their times appended to `samples`;
     the last entrant timed, whose workers the next block's pause waits out."""
     for index in range(count):
         for c in entrants if index % 2 == 0 else entrants[::-1]:
@@ -551,13 +551,13 @@ def _timed_rounds(entrants, calls, samples, count: int, previous: str | None, fi
 def _settle_s(previous: str | None) -> float:
     """The pause before a block: OpenBLAS's workers spin for ~0.1 s after its last call, MKL's
     and oneDNN's for at most the 1 ms of the "spin" wait."""
-    if previous is not None and _split(previous)[0] in _OPENMP_LIBRARIES:
+    if previous is not None and split(previous)[0] in _OPENMP_LIBRARIES:
         return min(_SETTLE_S, _OPENMP_SETTLE_S)
     return _SETTLE_S
 
 
 def _version(entrant: str) -> str:
-    distribution = {"mkl-packed": "mkl", "onednn": "onednn-cpu-gomp", "numpy": "numpy"}[_split(entrant)[0]]
+    distribution = {"mkl-packed": "mkl", "onednn": "onednn-cpu-gomp", "numpy": "numpy"}[split(entrant)[0]]
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

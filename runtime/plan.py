@@ -14,8 +14,9 @@ Subgraphs (If/Loop/Scan bodies) may read values of enclosing graphs by name. Pla
 computes each such node's *implicit inputs* (the outer names its subgraphs read, at any
 depth), reads them like ordinary inputs, and hands them to the kernel as
 `run(*inputs, outer_scope={name: value})` (every node with a graph attribute is called so,
-with an empty mapping when its subgraphs read nothing outside). The kernel passes that mapping on to the
-`GraphExecutor` it runs its subgraph with (see runtime/executor.py).
+with an empty mapping when its subgraphs read nothing outside). Such a kernel is a
+`SubgraphKernel`, built with `plan_subgraph`, the planner `build_plan` is handed (the executor's,
+in the same scope); it passes the mapping on to the subgraphs it planned with it.
 """
 
 from __future__ import annotations
@@ -28,16 +29,12 @@ import onnx_ir as ir
 
 from runtime.backends import Backend
 from runtime.errors import GraphPlanError, UnsupportedModelError, UnsupportedOp
-from runtime.kernels.base import Kernel
+from runtime.kernels import registry
+from runtime.kernels.base import Kernel, PlanSubgraph, SubgraphKernel
 from runtime.kernels.base import UnsupportedOp as KernelUnsupported
 
 NONE_SLOT = 0  # always None: every omitted optional input reads it
 SINK_SLOT = 1  # omitted optional outputs land here and are released by the same step
-FIRST_VALUE_SLOT = 2
-
-# A subgraph carries the scope it was planned in, so a control-flow kernel can build a
-# GraphExecutor for it from the graph alone: GraphExecutor(self.attr("body")).
-SCOPE_META_KEY = "fusionwatch.runtime_scope"
 
 
 @dataclass(frozen=True)
@@ -96,10 +93,6 @@ def normalize_domain(domain: str) -> str:
 
 def find_kernel(scope: Scope, domain: str, op_type: str, opset: int) -> type[Kernel] | None:
     """The registry's choice, unless an extra (test-only) kernel claims this op at this opset."""
-    # Imported here, not at the top: kernel families (control flow) import the executor,
-    # which imports this module, so a top-level import would be circular.
-    from runtime.kernels import registry
-
     domain = normalize_domain(domain)
     best = None
     for kernel in scope.extra_kernels:
@@ -209,12 +202,13 @@ def topological_nodes(graph: ir.Graph) -> list[ir.Node]:
 # --- the plan ---------------------------------------------------------------------------
 
 
-def build_plan(graph: ir.Graph, scope: Scope) -> Plan:
-    """Everything a run needs, computed once. Raises UnsupportedModelError or GraphPlanError."""
+def build_plan(graph: ir.Graph, scope: Scope, plan_subgraph: PlanSubgraph) -> Plan:
+    """Everything a run needs, computed once. `plan_subgraph` plans a control-flow node's
+    subgraphs in `scope`. Raises UnsupportedModelError or GraphPlanError."""
     nodes = topological_nodes(graph)
     unsupported = _Unsupported()
     _check_kernels_exist(graph, scope, unsupported)
-    kernels = _build_kernels(nodes, scope, unsupported)
+    kernels = _build_kernels(nodes, scope, plan_subgraph, unsupported)
     unsupported.raise_if_any()
 
     slot_names = ["<omitted input>", "<omitted output>"]
@@ -291,6 +285,11 @@ def build_plan(graph: ir.Graph, scope: Scope) -> Plan:
                 constant_slots.add(slot)
     intermediate = intermediate - constant_slots
     frees = [tuple(slot for slot in released if slot not in constant_slots) for released in frees]
+    # Values every run sees unchanged: weights no feed can replace, and Constant nodes' values.
+    fixed = constant_slots | {slot for name, slot in initializer_slots.items() if name not in input_slots}
+    for i, node in enumerate(nodes):
+        if kernels[i] is not None and not _is_constant(node, kernels[i]):
+            kernels[i].bind_constants(tuple(template[slot] if slot in fixed else None for slot in step_inputs[i]))
 
     steps = [
         Step(i, node, kernels[i], step_inputs[i], step_outputs[i], frees[i], step_implicit[i])
@@ -318,7 +317,9 @@ def _is_constant(node: ir.Node, kernel: Kernel | None) -> bool:
     return node.op_type == "Constant" and normalize_domain(node.domain) == "" and type(kernel).__name__ == "Constant"
 
 
-def _build_kernels(nodes: Sequence[ir.Node], scope: Scope, unsupported: _Unsupported) -> list[Kernel | None]:
+def _build_kernels(
+    nodes: Sequence[ir.Node], scope: Scope, plan_subgraph: PlanSubgraph, unsupported: _Unsupported
+) -> list[Kernel | None]:
     """One kernel per node; attribute combinations a kernel rejects are collected, not raised."""
     kernels: list[Kernel | None] = []
     for index, node in enumerate(nodes):
@@ -327,11 +328,12 @@ def _build_kernels(nodes: Sequence[ir.Node], scope: Scope, unsupported: _Unsuppo
         if kernel_class is None:  # already recorded by _check_kernels_exist
             kernels.append(None)
             continue
-        for graph in subgraphs(node):
-            graph.meta[SCOPE_META_KEY] = scope
         label = _node_label(node, index)
         try:
-            kernels.append(kernel_class(node, opset, scope.backend))
+            if issubclass(kernel_class, SubgraphKernel):
+                kernels.append(kernel_class(node, opset, scope.backend, plan_subgraph=plan_subgraph))
+            else:
+                kernels.append(kernel_class(node, opset, scope.backend))
         except KernelUnsupported as error:
             unsupported.add(node.domain, node.op_type, opset, [label], str(error))
             kernels.append(None)

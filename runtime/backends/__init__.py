@@ -23,6 +23,12 @@ class Backend:
     name: str
     xp: ModuleType
 
+    @property
+    def runs_cuda_kernels(self) -> bool:
+        """Whether kernels take their CUDA fused paths (runtime/kernels/cuda_fused.py) on this
+        backend: the one place a backend's name decides which code runs."""
+        return self.name == "cuda"
+
     def from_host(self, array: np.ndarray) -> Any:
         return self.xp.asarray(array)
 

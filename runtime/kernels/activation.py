@@ -15,7 +15,7 @@ import numpy as np
 from runtime.backends import numpy_backend
 from runtime.kernels import compiled, cuda_fused
 from runtime.kernels.base import Kernel
-from runtime.kernels.elementwise import erf
+from runtime.kernels.erf_fit import erf
 
 # ml_dtypes' bfloat16 turns `x * 0.5` into float32, and a formula evaluated one rounding per
 # step in 16 bits drifts from one rounded once; so 16-bit floats are computed in float32.
@@ -269,7 +269,7 @@ class Gelu(Formula):
 
     def run(self, x):
         # On CUDA one elementwise launch, in float32 for float16 too, as Formula computes it.
-        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x):
+        if self.on_cuda and cuda_fused.gelu_accepts(x):
             return (cuda_fused.gelu(x, tanh=self.approximate == "tanh"),)
         return super().run(x)
 

@@ -16,7 +16,7 @@ What the loops rely on, and why:
     Cephes' expf (range reduction by ln 2, a degree-5 polynomial, the power of two built in the
     exponent bits). Each is a few ulp; tests/runtime/test_kernels_contrib.py measures them.
   - Clamps are conditional expressions, not min()/max(): they compile to vector selects.
-  - 512-bit vectors where the CPU has them: each row loop starts with `_wide_vectors()`.
+  - 512-bit vectors where the CPU has them: each row loop starts with `wide_vectors()`.
   - No two arrays a loop writes and reads may alias: LLVM vectorizes behind a run-time overlap
     check and runs the scalar loop when it fails (see `skip_layer_norm_rows`).
   - fastmath without `nnan`/`ninf`: reassociation (so row sums vectorize), contraction into FMA,
@@ -51,10 +51,10 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from runtime.kernels import row_threads
-from runtime.kernels.elementwise import ERF32_DEN, ERF32_NUM
+from runtime.kernels.erf_fit import ERF32_DEN, ERF32_NUM
 
 # No `nnan`/`ninf`: see the module docstring.
-_OPTIONS = {
+JIT_OPTIONS = {
     "fastmath": {"nsz", "arcp", "contract", "afn", "reassoc"},
     "error_model": "numpy",
     "boundscheck": False,
@@ -73,11 +73,11 @@ def _compiled(function=None, **extra):
 
     def decorate(python_function):
         try:
-            return njit(cache=True, **_OPTIONS, **extra)(python_function)
+            return njit(cache=True, **JIT_OPTIONS, **extra)(python_function)
         except RuntimeError as error:
             if "cannot cache" not in str(error):
                 raise
-            return njit(cache=False, **_OPTIONS, **extra)(python_function)
+            return njit(cache=False, **JIT_OPTIONS, **extra)(python_function)
 
     return decorate if function is None else decorate(function)
 
@@ -196,7 +196,7 @@ class _WideVectorAttributes(llvm_ir.FunctionAttributes):
 
 
 @intrinsic
-def _wide_vectors(typingctx):
+def wide_vectors(typingctx):
     """Vectorize the calling loop function at 512 bits where the CPU has AVX-512.
 
     LLVM's x86 tuning for most AVX-512 CPUs prefers 256-bit vectors (Intel's older parts
@@ -314,36 +314,36 @@ def _chunk_start(rows, chunks, c):
 @_compiled
 def erf_values(x, out):
     """out = erf(x) over flat (size,) views: the Erf kernel's float32 path, one pass instead of ~15."""
-    _wide_vectors()
+    wide_vectors()
     for i in range(x.shape[0]):
         out[i] = erf32(x[i])
 
 
 def gelu_rows(x, out):
     """out = Gelu(x), exact (erf) form; x and out are (rows, width)."""
-    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, NO_BIAS, False, out)
+    _split(gelu_span, gelu_chunks, x.shape[0], x.size, x, NO_BIAS, False, out)
 
 
 def bias_gelu_rows(x, bias, out):
     """out = Gelu(x + bias), bias broadcast over the rows."""
-    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, bias, False, out)
+    _split(gelu_span, gelu_chunks, x.shape[0], x.size, x, bias, False, out)
 
 
 def fast_gelu_rows(x, out):
     """out = FastGelu(x), the tanh form."""
-    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, NO_BIAS, True, out)
+    _split(gelu_span, gelu_chunks, x.shape[0], x.size, x, NO_BIAS, True, out)
 
 
 def bias_fast_gelu_rows(x, bias, out):
     """out = FastGelu(x + bias)."""
-    _split(_gelu_span, _gelu_chunks, x.shape[0], x.size, x, bias, True, out)
+    _split(gelu_span, gelu_chunks, x.shape[0], x.size, x, bias, True, out)
 
 
 @_compiled
-def _gelu_span(x, bias, fast, out, lo, hi):
+def gelu_span(x, bias, fast, out, lo, hi):
     """Rows lo..hi of Gelu or FastGelu (`fast`), plus the bias where it is not (0,)-shaped; LLVM
     unswitches the two loop-invariant branches, so each of the four loops vectorizes."""
-    _wide_vectors()
+    wide_vectors()
     with_bias = bias.shape[0] > 0
     for i in range(lo, hi):
         for j in range(x.shape[1]):
@@ -352,11 +352,11 @@ def _gelu_span(x, bias, fast, out, lo, hi):
 
 
 @_compiled(parallel=True)
-def _gelu_chunks(x, bias, fast, out, chunks):
+def gelu_chunks(x, bias, fast, out, chunks):
     rows = x.shape[0]
     for c in prange(chunks):
-        _wide_vectors()
-        _gelu_span(x, bias, fast, out, _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1))
+        wide_vectors()
+        gelu_span(x, bias, fast, out, _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1))
 
 
 # ---------------------------------------------------------------- normalization
@@ -380,14 +380,14 @@ def skip_layer_norm_rows(x, skip, bias, gamma, beta, epsilon, centered, out, sum
     row (still in L1) rather than as E[x^2] - mean^2, which cancels when |mean| >> std.
     """
     _split(
-        _skip_layer_norm_span, _skip_layer_norm_chunks, x.shape[0], x.size,
+        skip_layer_norm_span, skip_layer_norm_chunks, x.shape[0], x.size,
         x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std,
     )  # fmt: skip
 
 
 @_compiled
-def _skip_layer_norm_span(x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std, lo, hi):
-    _wide_vectors()
+def skip_layer_norm_span(x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std, lo, hi):
+    wide_vectors()
     width = x.shape[1]
     skip_rows = skip.shape[0]
     one_row = summed.shape[0] == 1
@@ -413,15 +413,15 @@ def _skip_layer_norm_span(x, skip, bias, gamma, beta, epsilon, centered, out, su
 
 
 @_compiled(parallel=True)
-def _skip_layer_norm_chunks(
+def skip_layer_norm_chunks(
     x, skip, bias, gamma, beta, epsilon, centered, out, summed, mean, inv_std, chunks
 ):
     rows = x.shape[0]
     for c in prange(chunks):
-        _wide_vectors()
+        wide_vectors()
         # A scratch row of its own per part: one shared row would be written by both threads.
         scratch = summed if summed.shape[0] > 1 else np.empty_like(summed)
-        _skip_layer_norm_span(
+        skip_layer_norm_span(
             x, skip, bias, gamma, beta, epsilon, centered, out, scratch, mean, inv_std,
             _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1),
         )  # fmt: skip
@@ -449,7 +449,7 @@ def scaled_masked_softmax_heads(scores, scale, mask):
     but vectorizes an integer one.
     """
     rows = scores.shape[0] * scores.shape[1] * scores.shape[2]
-    _split(_softmax_span, _softmax_chunks, rows, scores.size, scores, _F(scale), mask)
+    _split(softmax_span, softmax_chunks, rows, scores.size, scores, _F(scale), mask)
 
 
 def masked_softmax_rows(scores, mask):
@@ -458,9 +458,9 @@ def masked_softmax_rows(scores, mask):
 
 
 @_compiled
-def _softmax_span(scores, scale, mask, lo, hi):
+def softmax_span(scores, scale, mask, lo, hi):
     """Rows lo..hi of the scores' (B * N * S) rows."""
-    _wide_vectors()
+    wide_vectors()
     _, heads, seq, _ = scores.shape
     mask_batches, mask_heads, mask_rows = mask.shape[0], mask.shape[1], mask.shape[2]
     for flat in range(lo, hi):
@@ -487,11 +487,11 @@ def _softmax_span(scores, scale, mask, lo, hi):
 
 
 @_compiled(parallel=True)
-def _softmax_chunks(scores, scale, mask, chunks):
+def softmax_chunks(scores, scale, mask, chunks):
     rows = scores.shape[0] * scores.shape[1] * scores.shape[2]
     for c in prange(chunks):
-        _wide_vectors()
-        _softmax_span(scores, scale, mask, _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1))
+        wide_vectors()
+        softmax_span(scores, scale, mask, _chunk_start(rows, chunks, c), _chunk_start(rows, chunks, c + 1))
 
 
 @_compiled
@@ -499,7 +499,7 @@ def add_bias_columns(x, bias):
     """x[:, :n] += bias for x (rows, width) and bias (n,), n <= width: Attention's Q and K biases,
     added in place to those columns of its fresh (B*S, Dq + Dk + Dv) projection (numpy's add on
     that strided view is slower than on the whole projection)."""
-    _wide_vectors()
+    wide_vectors()
     for i in range(x.shape[0]):
         for j in range(bias.shape[0]):
             x[i, j] += bias[j]
@@ -509,7 +509,7 @@ def add_bias_columns(x, bias):
 def merge_heads(context, bias, out):
     """out (B, S, N*H) = context (B, N, S, H) with its heads side by side, plus bias (N*H,);
     a (0,)-shaped bias adds nothing. Attention's one copy of the context, V's bias riding on it."""
-    _wide_vectors()
+    wide_vectors()
     batch, heads, seq, head = context.shape
     with_bias = bias.shape[0] > 0
     for b in range(batch):
@@ -535,11 +535,11 @@ def conv_epilogue_rows(y, bias, residual, relu):
     arrives as a (0,)-shaped / (0, 0)-shaped array, so there is one compiled signature. The
     clamp keeps NaN (`v < 0` is false for it) as np.maximum(v, 0) does.
     """
-    _split(_conv_epilogue_span, _conv_epilogue_chunks, y.shape[0], y.size, y, bias, residual, relu)
+    _split(conv_epilogue_span, conv_epilogue_chunks, y.shape[0], y.size, y, bias, residual, relu)
 
 
 @_compiled
-def _conv_epilogue_span(y, bias, residual, relu, lo, hi):
+def conv_epilogue_span(y, bias, residual, relu, lo, hi):
     width = y.shape[1]
     with_bias = bias.shape[0] > 0
     with_residual = residual.shape[0] > 0
@@ -556,9 +556,9 @@ def _conv_epilogue_span(y, bias, residual, relu, lo, hi):
 
 
 @_compiled(parallel=True)
-def _conv_epilogue_chunks(y, bias, residual, relu, chunks):
+def conv_epilogue_chunks(y, bias, residual, relu, chunks):
     for c in prange(chunks):
-        _conv_epilogue_span(
+        conv_epilogue_span(
             y,
             bias,
             residual,

@@ -18,7 +18,7 @@ import numpy as np
 from runtime.backends import numpy_backend
 from runtime.kernels import compiled, cuda_fused
 from runtime.kernels.base import Kernel
-from runtime.kernels.elementwise import erf
+from runtime.kernels.erf_fit import erf
 
 MS = "com.microsoft"
 _SQRT_HALF = 1.0 / math.sqrt(2.0)
@@ -70,7 +70,7 @@ class Gelu(Kernel):
             out = np.empty_like(x)
             compiled.gelu_rows(_as_rows(x), _as_rows(out))
             return (out,)
-        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x):
+        if self.on_cuda and cuda_fused.gelu_accepts(x):
             return (cuda_fused.gelu(x),)
         return (_exact_gelu(self.xp, x),)
 
@@ -85,7 +85,7 @@ class BiasGelu(Kernel):
             out = np.empty_like(a)
             compiled.bias_gelu_rows(_as_rows(a), bias, _as_rows(out))
             return (out,)
-        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(a, bias):
+        if self.on_cuda and cuda_fused.gelu_accepts(a, bias):
             return (cuda_fused.gelu(a, bias),)
         return (_exact_gelu(self.xp, self.xp.add(a, bias)),)
 
@@ -107,7 +107,7 @@ class FastGelu(Kernel):
             out = np.empty_like(x)
             compiled.bias_fast_gelu_rows(_as_rows(x), bias, _as_rows(out))
             return (out,)
-        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x, bias):
+        if self.on_cuda and cuda_fused.gelu_accepts(x, bias):
             return (cuda_fused.gelu(x, bias, tanh=True),)
         return (_tanh_gelu(xp, x if bias is None else xp.add(x, bias)),)
 
@@ -125,7 +125,7 @@ class QuickGelu(Kernel):
 
     def run(self, x):
         xp = self.xp
-        if self.backend.name == "cuda" and cuda_fused.gelu_accepts(x):
+        if self.on_cuda and cuda_fused.gelu_accepts(x):
             return (cuda_fused.quick_gelu(x, self.alpha),)
         dtype = x.dtype.type
         y = xp.multiply(x, dtype(-self.alpha))

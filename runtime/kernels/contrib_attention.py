@@ -16,9 +16,9 @@ these run:
 
 On numpy float32 where the session's products run on MKL or oneDNN the heads are never copied
 out: both batched products read each head straight out of the (B, L, N*H) projections by their
-strides (`_head_library` picks the library the session chose for its other products). On MKL
-(`_mkl_attend`) the scale rides on the first product's alpha and V's bias on the one copy that
-is left, the context's merge; on oneDNN (`_onednn_attend`, runtime/kernels/onednn_heads.py) the
+strides (`head_library` picks the library the session chose for its other products). On MKL
+(`mkl_attend`) the scale rides on the first product's alpha and V's bias on the one copy that
+is left, the context's merge; on oneDNN (`onednn_attend`, runtime/kernels/onednn_heads.py) the
 scale rides on the softmax pass and the second product writes the merged context itself, V's
 bias one pass over it. Q's and K's biases are added in place to Attention's own projection in
 one compiled pass. attention_bias joins the mask in the softmax pass instead of costing
@@ -118,14 +118,19 @@ def _compiled_mask(xp, scores_shape, additive_mask, attention_bias):
     return mask if compiled.accepts(xp, mask) else None
 
 
-def _head_library(xp, *projections) -> str | None:
+def head_library(xp, *projections) -> str | None:
     """Which library's products read the heads of these (B, L, N*H) projections in place:
-    "onednn" where the session's products against weights run on oneDNN (`_onednn_attend`),
-    "mkl" where they go to MKL (`_mkl_attend`), None where neither (the heads are copied).
+    "onednn" where the session's products against weights run on oneDNN (`onednn_attend`),
+    "mkl" where they go to MKL (`mkl_attend`), None where neither (the heads are copied).
 
     Numpy float32 only, the last axis contiguous and every stride and size within MKL's 32-bit
-    integers (oneDNN's are 64-bit; one rule keeps the two paths taking the same inputs).
+    integers (oneDNN's are 64-bit; one rule keeps the two paths taking the same inputs). Small
+    products (gemm.SMALL_PRODUCT) stay on numpy, whose calls cost less than a library's there.
     """
+    batch, seq, width = projections[0].shape if projections[0].ndim == 3 else (0, 0, 0)
+    total = projections[1].shape[1] if len(projections) > 1 and projections[1].ndim == 3 else seq
+    if batch * seq * total * width <= gemm.SMALL_PRODUCT:
+        return None
     readable = (
         xp is np
         and all(
@@ -148,14 +153,14 @@ def _head_library(xp, *projections) -> str | None:
     return "mkl" if gemm.mkl_products() else None
 
 
-def _rows_of(x, batch_index, head_step):
+def rows_of(x, batch_index, head_step):
     """(address, leading dimension, head step) of batch row `batch_index` of a 3-D or 4-D array."""
     return x.ctypes.data + batch_index * x.strides[0], x.strides[-2] // 4, head_step
 
 
-def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
+def mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
     """softmax(scale q k^T + mask) (v + v_bias) as (B, S, N*Hv), for (B, S, N*H) q and (B, T,
-    N*H) k, v read in place (`_head_library`); `mask` is `_compiled_mask`'s.
+    N*H) k, v read in place (`head_library`); `mask` is `_compiled_mask`'s.
 
     Per batch row, QK^T is one batch-strided GEMM over the heads with `scale` as its alpha, the
     mask add and softmax one compiled pass over the scores, and PV a second GEMM; the (B, N, S,
@@ -169,24 +174,24 @@ def _mkl_attend(q, k, v, heads, scale, mask, v_bias=None):
     scores = np.empty((batch, heads, seq, total), np.float32)
     context = np.empty((batch, heads, seq, head_v), np.float32)
     for b in range(batch):
-        q_rows, k_rows = _rows_of(q, b, head), _rows_of(k, b, head)
-        score_rows = _rows_of(scores, b, seq * total)
+        q_rows, k_rows = rows_of(q, b, head), rows_of(k, b, head)
+        score_rows = rows_of(scores, b, seq * total)
         gemm.batch_strided(heads, seq, total, head, scale, q_rows, k_rows, score_rows, trans_b=True)
     compiled.masked_softmax_heads(scores, mask)
     for b in range(batch):
-        score_rows, v_rows = _rows_of(scores, b, seq * total), _rows_of(v, b, head_v)
-        context_rows = _rows_of(context, b, seq * head_v)
+        score_rows, v_rows = rows_of(scores, b, seq * total), rows_of(v, b, head_v)
+        context_rows = rows_of(context, b, seq * head_v)
         gemm.batch_strided(heads, seq, head_v, total, 1.0, score_rows, v_rows, context_rows)
     out = np.empty((batch, seq, width_v), np.float32)
     compiled.merge_heads(context, compiled.NO_BIAS if v_bias is None else v_bias, out)
     return out
 
 
-def _onednn_attend(products, q, k, v, heads, scale, mask, v_bias=None):
-    """`_mkl_attend` on oneDNN (runtime/kernels/onednn_heads.py): one QK^T call over every batch
+def onednn_attend(products, q, k, v, heads, scale, mask, v_bias=None):
+    """`mkl_attend` on oneDNN (runtime/kernels/onednn_heads.py): one QK^T call over every batch
     row and head, the scale taken in the softmax pass (oneDNN's matmul has no alpha without a
     scales attribute), and one PV call writing the (B, S, N*Hv) context itself, so nothing is
-    merged; V's bias is then one compiled pass over that context (see `_mkl_attend` for why
+    merged; V's bias is then one compiled pass over that context (see `mkl_attend` for why
     P (v + b) is P v + b)."""
     batch, seq, _ = q.shape
     total, width_v = k.shape[1], v.shape[2]
@@ -202,10 +207,10 @@ def _onednn_attend(products, q, k, v, heads, scale, mask, v_bias=None):
 
 
 def _attend_in_place(library, products, q, k, v, heads, scale, mask, v_bias=None):
-    """softmax(scale q k^T + mask) (v + v_bias) on the library `_head_library` named."""
+    """softmax(scale q k^T + mask) (v + v_bias) on the library `head_library` named."""
     if library == "onednn":
-        return _onednn_attend(products, q, k, v, heads, scale, mask, v_bias)
-    return _mkl_attend(q, k, v, heads, scale, mask, v_bias)
+        return onednn_attend(products, q, k, v, heads, scale, mask, v_bias)
+    return mkl_attend(q, k, v, heads, scale, mask, v_bias)
 
 
 class _AttentionCore(Kernel):
@@ -227,7 +232,7 @@ class _AttentionCore(Kernel):
     def _what(self, field: str) -> str:
         return f"{self.op_type} '{self.node.name}': {field}"
 
-    def _keep_mask(self, mask, batch, seq, past, total):
+    def keep_mask(self, mask, batch, seq, past, total):
         """Boolean keep-mask broadcastable to (B, 1, S, T), or None when the mask masks nothing."""
         xp = self.xp
         positions = xp.arange(total)
@@ -287,7 +292,7 @@ class _AttentionCore(Kernel):
         still spreads over them, but never onto the future.
         """
         xp = self.xp
-        keep = None if mask is None else self._keep_mask(mask, batch, seq, past, total)
+        keep = None if mask is None else self.keep_mask(mask, batch, seq, past, total)
         values = None if keep is None else xp.where(keep, dtype.type(0), dtype.type(self.mask_filter_value))
         if self.unidirectional and seq > 1:
             causal = xp.arange(total)[None, :] <= (past + xp.arange(seq))[:, None]  # (S, T)
@@ -303,7 +308,7 @@ class _AttentionCore(Kernel):
         xp = self.xp
         scores = gemm.product(xp, q, k.transpose(0, 1, 3, 2))  # fresh (B, N, S, T)
         if (
-            self.backend.name == "cuda"
+            self.on_cuda
             and not keep_scores
             and cuda_fused.softmax_fits(scores, additive_mask, attention_bias)
         ):
@@ -401,7 +406,7 @@ class Attention(_AttentionCore):
         heads = self.num_heads
         dtype = qkv.dtype.type
         scale = dtype(self.scale or 1.0 / math.sqrt(dq // heads))
-        if self.backend.name == "cuda" and cuda_fused.attention_fits(
+        if self.on_cuda and cuda_fused.attention_fits(
             qkv, bias, mask_index, past, attention_bias, heads, (dq, dk, dv)
         ):
             return cuda_fused.attention(
@@ -409,7 +414,7 @@ class Attention(_AttentionCore):
                 unidirectional=self.unidirectional, mask_filter_value=self.mask_filter_value,
                 want_present=self.want_present,
             )
-        library = None if past is not None or self.want_present else _head_library(xp, qkv)
+        library = None if past is not None or self.want_present else head_library(xp, qkv)
         if library is not None and (bias is None or compiled.accepts(xp, qkv, bias)):
             mask = self._additive_mask(mask_index, batch, seq, 0, seq, qkv.dtype)
             compiled_mask = _compiled_mask(xp, (batch, heads, seq, seq), mask, attention_bias)
@@ -543,7 +548,7 @@ class MultiHeadAttention(_AttentionCore):
             and not (self.want_present or self.want_qk)
             and (bias is None or compiled.accepts(xp, bias))
         ):
-            library = _head_library(xp, query, key, value)
+            library = head_library(xp, query, key, value)
         if library is not None:
             mask = self._additive_mask(key_padding_mask, batch, seq, 0, key.shape[1], np.dtype(dtype))
             compiled_mask = _compiled_mask(xp, (batch, heads, seq, key.shape[1]), mask, attention_bias)

@@ -84,7 +84,7 @@ class _SkipNormalization(Kernel):
             )
         if self._compiled_fits(x, skip, gamma, beta, bias):
             return self._normalize_compiled(x, skip, gamma, beta, bias)
-        if self.backend.name == "cuda" and cuda_fused.skip_norm_fits(x, skip, gamma, beta, bias):
+        if self.on_cuda and cuda_fused.skip_norm_fits(x, skip, gamma, beta, bias):
             return cuda_fused.skip_layer_norm(
                 x, skip, gamma, beta, bias, self.epsilon, self.centered,
                 self.want_mean or self.want_inv_std, self.want_sum,
@@ -196,7 +196,7 @@ class SimplifiedLayerNormalization(Kernel):
 
     def run(self, x, scale):
         xp = self.xp
-        if self.backend.name == "cuda" and cuda_fused.rms_norm_fits(x, scale, self.axis):
+        if self.on_cuda and cuda_fused.rms_norm_fits(x, scale, self.axis):
             y, inv_std = cuda_fused.rms_norm(x, scale, self.axis, self.epsilon)
             return (y, inv_std) if self.want_inv_std else (y,)
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
@@ -229,13 +229,17 @@ class EmbedLayerNormalization(Kernel):
         self.want_sum = _output_wanted(node, 2)
 
     def _lookup(self, table, ids, what):
-        xp = self.xp
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= table.shape[0]):
-            raise ValueError(
-                f"EmbedLayerNormalization '{self.node.name}': {what} out of range "
-                f"[0, {table.shape[0]}) (min {int(ids.min())}, max {int(ids.max())})"
-            )
-        return xp.take(table, ids, axis=0)
+        if ids.size:
+            # The ufuncs' own reductions: ids.min() and max() cost a few µs of Python wrappers each.
+            numpy_ids = isinstance(ids, np.ndarray)
+            low = np.minimum.reduce(ids, axis=None) if numpy_ids else ids.min()
+            high = np.maximum.reduce(ids, axis=None) if numpy_ids else ids.max()
+            if low < 0 or high >= table.shape[0]:
+                raise ValueError(
+                    f"EmbedLayerNormalization '{self.node.name}': {what} out of range "
+                    f"[0, {table.shape[0]}) (min {int(low)}, max {int(high)})"
+                )
+        return table.take(ids, axis=0)
 
     def run(
         self,
@@ -252,7 +256,7 @@ class EmbedLayerNormalization(Kernel):
         xp = self.xp
         batch, seq = input_ids.shape
         fused = None
-        if self.backend.name == "cuda" and cuda_fused.embed_fits(
+        if self.on_cuda and cuda_fused.embed_fits(
             input_ids, segment_ids, word_embedding, position_embedding, segment_embedding, gamma, beta, position_ids
         ):
             # None where an id is out of range: the lookups below then raise, naming it.

@@ -1,8 +1,8 @@
 """Control flow (If, Loop, Scan, SequenceMap) and the sequence and optional values they carry.
 
-Control-flow kernels plan their subgraphs in `__init__` (`GraphExecutor(self.attr("body"))`
-inherits the enclosing scope), so a body with an op we lack fails at session creation, and
-they are called as `run(*inputs, outer_scope=mapping)`; see runtime/executor.py.
+Control-flow kernels are `SubgraphKernel`s (runtime/kernels/base.py): they plan their subgraphs
+in `__init__` with the planner the plan hands them (`self.subgraph("body")`), so a body with an
+op we lack fails at session creation, and they are called as `run(*inputs, outer_scope=mapping)`.
 
 Values other than tensors: a sequence is a Python list of arrays and an empty optional is
 None (an optional holding something is just that value). Sequence kernels never mutate a
@@ -18,8 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.executor import GraphExecutor
-from runtime.kernels.base import Kernel
+from runtime.kernels.base import Kernel, SubgraphKernel, SubgraphRunner
 
 
 def _empty_stack(value: ir.Value, axis: int, xp, what: str) -> Any:
@@ -50,14 +49,14 @@ def _check_count(what: str, expected: int, actual: int, node: ir.Node) -> None:
 # ---------------------------------------------------------------- If
 
 
-class If(Kernel):
+class If(SubgraphKernel):
     op_type = "If"
     since_version = 1
 
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        self.then_branch = GraphExecutor(self.attr("then_branch"))
-        self.else_branch = GraphExecutor(self.attr("else_branch"))
+    def __init__(self, node, opset, backend=numpy_backend, *, plan_subgraph):
+        super().__init__(node, opset, backend, plan_subgraph=plan_subgraph)
+        self.then_branch = self.subgraph("then_branch")
+        self.else_branch = self.subgraph("else_branch")
         for name, branch in (("then_branch", self.then_branch), ("else_branch", self.else_branch)):
             _check_count(f"{name}'s output count", len(node.outputs), len(branch.output_names), node)
 
@@ -69,7 +68,7 @@ class If(Kernel):
 # ---------------------------------------------------------------- Loop
 
 
-class Loop(Kernel):
+class Loop(SubgraphKernel):
     """Runs `body` while the trip count (M, optional) and condition (optional) allow.
 
     Body inputs are (iteration number, condition, carried...), its outputs (condition,
@@ -79,9 +78,9 @@ class Loop(Kernel):
     op_type = "Loop"
     since_version = 1
 
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        self.body = GraphExecutor(self.attr("body"))
+    def __init__(self, node, opset, backend=numpy_backend, *, plan_subgraph):
+        super().__init__(node, opset, backend, plan_subgraph=plan_subgraph)
+        self.body = self.subgraph("body")
         self.carried = len(node.inputs) - 2
         _check_count(
             "body's input count (iteration, condition, carried values)",
@@ -133,7 +132,7 @@ def _declared_rank(value) -> int | None:
 # ---------------------------------------------------------------- Scan
 
 
-def _scan(body: GraphExecutor, states: list, slices: list, outer_scope) -> tuple[list, list[list]]:
+def _scan(body: SubgraphRunner, states: list, slices: list, outer_scope) -> tuple[list, list[list]]:
     """Run `body` once per step over `slices` (each already ordered by its direction and with
     the scan axis first); the final states and each scan output's per-step values."""
     count = len(states)
@@ -150,16 +149,16 @@ def _scan(body: GraphExecutor, states: list, slices: list, outer_scope) -> tuple
     return states, collected
 
 
-class Scan(Kernel):
+class Scan(SubgraphKernel):
     """Opset 9+: scan inputs are sliced along `scan_input_axes`, per-step scan outputs are
     stacked along `scan_output_axes`; direction 1 walks (or stacks) from the end."""
 
     op_type = "Scan"
     since_version = 9
 
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        self.body = GraphExecutor(self.attr("body"))
+    def __init__(self, node, opset, backend=numpy_backend, *, plan_subgraph):
+        super().__init__(node, opset, backend, plan_subgraph=plan_subgraph)
+        self.body = self.subgraph("body")
         scan_inputs = self.attr("num_scan_inputs")
         self.states = len(node.inputs) - scan_inputs
         _check_count(
@@ -202,7 +201,7 @@ class Scan(Kernel):
         return (*states, *outputs)
 
 
-class Scan_8(Kernel):
+class Scan_8(SubgraphKernel):
     """Opset 8: every input has a leading batch axis and scan inputs scan along axis 1;
     `sequence_lens` (optional) gives each batch entry's length, and scan outputs are padded
     with zeros past it."""
@@ -210,9 +209,9 @@ class Scan_8(Kernel):
     op_type = "Scan"
     since_version = 8
 
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        self.body = GraphExecutor(self.attr("body"))
+    def __init__(self, node, opset, backend=numpy_backend, *, plan_subgraph):
+        super().__init__(node, opset, backend, plan_subgraph=plan_subgraph)
+        self.body = self.subgraph("body")
         scan_inputs = self.attr("num_scan_inputs")
         self.states = len(node.inputs) - 1 - scan_inputs
         _check_count(
@@ -259,16 +258,16 @@ class Scan_8(Kernel):
 # ---------------------------------------------------------------- SequenceMap
 
 
-class SequenceMap(Kernel):
+class SequenceMap(SubgraphKernel):
     """Runs `body` on each position of the input sequence; extra inputs that are sequences
     are indexed alongside it, tensors are passed whole to every call."""
 
     op_type = "SequenceMap"
     since_version = 17
 
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        self.body = GraphExecutor(self.attr("body"))
+    def __init__(self, node, opset, backend=numpy_backend, *, plan_subgraph):
+        super().__init__(node, opset, backend, plan_subgraph=plan_subgraph)
+        self.body = self.subgraph("body")
         _check_count("body's input count", len(node.inputs), len(self.body.input_names), node)
 
     def run(self, sequence, *extra, outer_scope):

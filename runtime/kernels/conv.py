@@ -31,7 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels import libraries, onednn
+from runtime.kernels import libraries, onednn, onednn_conv
 from runtime.kernels.base import Kernel, UnsupportedOp
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -68,7 +68,7 @@ def conv_output_sizes(sizes, begin, end, kernel, strides, dilations):
     ]
 
 
-def _read_auto_pad(kernel: Kernel) -> str:
+def read_auto_pad(kernel: Kernel) -> str:
     auto_pad = kernel.attr("auto_pad", "NOTSET")
     if auto_pad not in _AUTO_PADS:
         raise UnsupportedOp(f"{kernel.op_type} '{kernel.node.name}': unknown auto_pad {auto_pad!r}")
@@ -102,7 +102,7 @@ def _windows(xp, padded, kernel, out, strides, dilations):
     return xp.lib.stride_tricks.as_strided(padded, shape=shape, strides=steps, **read_only)
 
 
-class _Convolution(Kernel):
+class ConvolutionBase(Kernel):
     """The attributes every convolution reads (Conv, ConvTranspose, NhwcFusedConv), and a
     cache for the plan each one makes per input shape."""
 
@@ -111,7 +111,7 @@ class _Convolution(Kernel):
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
-        self.auto_pad = _read_auto_pad(self)
+        self.auto_pad = read_auto_pad(self)
         self.group = self.attr("group", 1)
         self.dilations = self.attr("dilations")
         self.strides = self.attr("strides")
@@ -133,13 +133,13 @@ class _Convolution(Kernel):
             self._library_weight = weight.const_value.numpy()
 
     def onednn_primitive(self, x, w, b, z=None, *, channels_last: bool):
-        """The oneDNN primitive (runtime/kernels/onednn.py) for this call, made once per input
+        """The oneDNN primitive (runtime/kernels/onednn_conv.py) for this call, made once per input
         shape, or None where the numpy path runs: no oneDNN, a weight that is not a float32
         constant, other dtypes, or a session that measured im2col faster."""
         weight = self._library_weight
         if (
             weight is None
-            or not onednn.available()  # e.g. in a forked child (onednn._after_fork_in_child)
+            or not onednn.available()  # e.g. in a forked child (runtime/kernels/onednn.py, on forks)
             or libraries.chosen("conv") == "numpy"
             or w.shape != weight.shape
             or x.dtype != np.float32
@@ -158,7 +158,7 @@ class _Convolution(Kernel):
             strides = self.strides or [1] * len(kernel)
             dilations = self.dilations or [1] * len(kernel)
             begin, end = spatial_pads(self.auto_pad, self.pads, sizes, kernel, strides, dilations)
-            primitive = self._primitives[key] = onednn.ConvPrimitive(
+            primitive = self._primitives[key] = onednn_conv.ConvPrimitive(
                 x.shape, weight, b is not None, group=self.group, strides=strides, dilations=dilations,
                 begin=begin, end=end, out=conv_output_sizes(sizes, begin, end, kernel, strides, dilations),
                 residual=z is not None, channels_last=channels_last,
@@ -176,7 +176,7 @@ class _Convolution(Kernel):
         return plan
 
 
-class Conv(_Convolution):
+class Conv(ConvolutionBase):
     op_type = "Conv"
     since_version = 1
 
@@ -224,7 +224,7 @@ class Conv(_Convolution):
         return (y.reshape((n, m, *out)).astype(dtype, copy=False),)
 
 
-class ConvTranspose(_Convolution):
+class ConvTranspose(ConvolutionBase):
     op_type = "ConvTranspose"
     since_version = 1
     # oneDNN's convolution primitive computes Conv, not the transpose: a ConvTranspose with as many

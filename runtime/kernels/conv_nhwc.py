@@ -15,8 +15,8 @@ Ops, with their domain and why (see optimizer/fusions/nhwc_conv_layout.py):
                                 ONNX's pools with input 0 and output 0 channels-last
 
 Where oneDNN is installed, a float32 NhwcFusedConv with a constant weight runs as one oneDNN
-primitive instead (runtime/kernels/onednn.py): direct convolution on channels-last data with
-bias and Z added in the same pass, the activation applied after it in place (see onednn.py for
+primitive instead (runtime/kernels/onednn_conv.py): direct convolution on channels-last data with
+bias and Z added in the same pass, the activation applied after it in place (see onednn_conv.py for
 why). It took ResNet-50 at level `all` from 1.83x onnxruntime's time to 1.23-1.27x (`make
 bench`; per layer, `python -m bench.conv_micro`, whose single-layer timings swing more on a
 shared machine). The path below is the fallback, and the reference tests/runtime/test_onednn.py
@@ -41,8 +41,8 @@ from optimizer.match import FUSIONWATCH
 from runtime.backends import numpy_backend
 from runtime.kernels import compiled
 from runtime.kernels.base import Kernel, UnsupportedOp
-from runtime.kernels.conv import _Convolution, conv_output_sizes, spatial_pads
-from runtime.kernels.pool import _window_maxima, _window_sums, _WindowPool
+from runtime.kernels.conv import ConvolutionBase, conv_output_sizes, spatial_pads
+from runtime.kernels.pool import WindowPool, window_maxima, window_sums
 
 
 def _channels_last_padded(xp, x, begin, end, fill=0):
@@ -115,7 +115,7 @@ ACTIVATIONS = {
 }
 
 
-class NhwcFusedConv(_Convolution):
+class NhwcFusedConv(ConvolutionBase):
     """Y = activation(conv(X, W) + B + Z), X/Y/Z channels-last, W in Conv's order."""
 
     op_type = "NhwcFusedConv"
@@ -143,7 +143,7 @@ class NhwcFusedConv(_Convolution):
         self._weight = None
 
     def library_primitive(self, x, w, b, z):
-        """The oneDNN primitive for this call, or None where the numpy path runs (`_Convolution.onednn_primitive`)."""
+        """The oneDNN primitive for this call, or None where the numpy path runs (`ConvolutionBase.onednn_primitive`)."""
         return self.onednn_primitive(x, w, b, z, channels_last=True)
 
     def _constant_gemm_weight(self, w):
@@ -289,7 +289,7 @@ class NhwcFusedConv(_Convolution):
         return True
 
 
-class _NhwcWindowPool(_WindowPool):
+class _NhwcWindowPool(WindowPool):
     """The NCHW pools' attributes and window geometry (runtime/kernels/pool.py), taps channels-last."""
 
     domain = FUSIONWATCH
@@ -317,7 +317,7 @@ class NhwcMaxPool(_NhwcWindowPool):
             )
             return (out,)
         fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        return (_window_maxima(xp, _channels_last_padded(xp, x, begin, end, fill), taps),)
+        return (window_maxima(xp, _channels_last_padded(xp, x, begin, end, fill), taps),)
 
 
 class NhwcAveragePool(_NhwcWindowPool):
@@ -332,7 +332,7 @@ class NhwcAveragePool(_NhwcWindowPool):
         xp = self.xp
         geometry, taps, begin, end = self.plan(x.shape)
         work = x.astype(np.float32) if x.dtype == np.float16 else x
-        total = _window_sums(_channels_last_padded(xp, work, begin, end), taps)
+        total = window_sums(_channels_last_padded(xp, work, begin, end), taps)
         divisor = self._divisors.get(x.shape)
         if divisor is None:
             counts = geometry.window_counts(xp, self.include_pad).astype(total.dtype)

@@ -8,7 +8,7 @@ masked softmax and a copy merging them), so fusion shows in our GPU timings as i
 
 The contrib kernels call in through a branch such as
 
-    if self.backend.name == "cuda" and cuda_fused.skip_norm_fits(x, skip, gamma, beta, bias):
+    if self.on_cuda and cuda_fused.skip_norm_fits(x, skip, gamma, beta, bias):
         return cuda_fused.skip_layer_norm(...)
 
 and keep their array-API path for everything a `*_fits` refuses (other dtypes, layouts, mask
@@ -185,7 +185,7 @@ extern "C" __global__ void split_qkv_f32(
 }
 
 // softmax(scores + mask + add1 + add2) in place over the last axis of scores (B, N, S, T), one
-// warp per row. The mask is attention's raw mask_index read as contrib_attention._keep_mask
+// warp per row. The mask is attention's raw mask_index read as contrib_attention.keep_mask
 // reads it (mask_kind: 0 none, 1 key lengths (B), 2 end then start (2B), 3 (B, T), 4 (B, S, T));
 // a padded-out key gets `filter`, a future key under `causal` the lowest float, overriding.
 // add1/add2 are additive (B|1, N|1, S|1, T) tensors given by their element steps (0: broadcast).

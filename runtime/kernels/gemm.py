@@ -45,6 +45,13 @@ _B_MATRIX, _PACKED = 162, 151
 _PACK_M = 128  # the M handed to the pack calls; any M works at compute time (see docstring)
 _int, _float, _ptr = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
 INT_LIMIT = 2**31  # sizes and strides MKL's LP64 interface can take
+# Products of at most this many multiply-adds (M*K*N) stay on numpy's BLAS. At that size a call
+# into MKL or oneDNN through ctypes (argument checks, data pointers, the call itself) costs more
+# than the product: a tiny model's (1, 64) @ (64, 64) took ~19 us packed against ~2 on numpy.
+# It is OpenBLAS's own limit for running on the calling thread alone (SMP_THRESHOLD_MIN *
+# GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c), so these calls never wake OpenBLAS's
+# workers, whose spinning beside MKL's is why the larger products leave numpy (see `matmul`).
+SMALL_PRODUCT = 65536 * 4
 
 _library: ctypes.CDLL | None = None
 _load_error: str | None = None
@@ -121,6 +128,12 @@ def mkl_products() -> bool:
     """Whether float32 products between run-time values (attention's) go to MKL: where it is
     installed, unless the session chose numpy's BLAS, whose spinning workers MKL's would meet."""
     return available() and libraries.chosen("gemm") != "numpy"
+
+
+def max_threads() -> int:
+    """The thread count MKL's next call would use; 0 without MKL."""
+    library = _load()
+    return 0 if library is None else library.MKL_Get_Max_Threads()
 
 
 def set_threads(count: int) -> None:
@@ -208,8 +221,9 @@ def matmul_packed(
 
 
 def product(xp, a, b):
-    """a @ b: on MKL where gemm.matmul takes the operands (numpy backend, float32), else numpy's."""
-    if xp is np:
+    """a @ b: on MKL where gemm.matmul takes the operands (numpy backend, float32, not a small
+    product), else numpy's."""
+    if xp is np and a.size * b.shape[-1] > SMALL_PRODUCT:
         y = matmul(a, b)
         if y is not None:
             return y
@@ -306,12 +320,14 @@ def batch_strided(count, m, n, k, alpha, a, b, c, trans_b=False) -> None:
 def applies(packed: PackedWeight | onednn_matmul.MatMulWeight | None, a, b) -> bool:
     """Whether `a @ b` may run as `matmul_packed(a, packed)`: B is still the constant that was
     packed (same shape; graph inputs are never packed), A is float32 of rank >= 2 and has
-    the same K. Even a single row runs packed: OpenBLAS is faster on its own there (0.25 against
-    0.34 ms at (1, 768, 3072)), but one OpenBLAS call leaves its workers spinning beside MKL's
-    (see `matmul`). A oneDNN weight stands aside in a process forked after oneDNN ran, where
-    GNU OpenMP's threads are gone (onednn._after_fork_in_child): numpy multiplies there."""
+    the same K, and the product is not small (SMALL_PRODUCT). Even a single row of a larger
+    product runs packed: OpenBLAS is faster on its own there (0.25 against 0.34 ms at
+    (1, 768, 3072)), but such a call leaves OpenBLAS's workers spinning beside MKL's (see
+    `matmul`). A oneDNN weight stands aside in a process forked after oneDNN ran, where GNU
+    OpenMP's threads are gone (runtime/kernels/onednn.py, on forks): numpy multiplies there."""
     return (
         packed is not None
+        and a.size * packed.n > SMALL_PRODUCT
         and (not isinstance(packed, onednn_matmul.MatMulWeight) or onednn.available())
         and b.shape == packed.source_shape
         and a.dtype == np.float32

@@ -45,7 +45,7 @@ class Gather(Kernel):
         self.axis = self.attr("axis", 0)
 
     def run(self, data, indices):
-        return (self.xp.asarray(self.xp.take(data, indices, axis=self.axis)),)  # 0-d result is a scalar
+        return (self.xp.asarray(data.take(indices, axis=self.axis)),)  # 0-d result is a scalar
 
 
 class GatherElements(Kernel):

@@ -111,7 +111,7 @@ class LayerNormalization(Kernel):
         axis = self.axis + x.ndim if self.axis < 0 else self.axis
         if self._compiled_fits(x, scale, bias, axis):
             return self._normalize_compiled(x, scale, bias)
-        if self.backend.name == "cuda" and self.stash == np.float32 and cuda_fused.layer_norm_fits(x, scale, bias, axis):
+        if self.on_cuda and self.stash == np.float32 and cuda_fused.layer_norm_fits(x, scale, bias, axis):
             return cuda_fused.layer_norm(x, scale, bias, axis, self.epsilon, self.want_mean or self.want_inv_std)
         axes = tuple(range(axis, x.ndim))
         work = x.astype(self.stash, copy=False)

@@ -28,36 +28,32 @@ class StridedBatchMatMul:
     """C = A @ B over leading batch dimensions, each operand given by its dims and element strides."""
 
     def __init__(self, a: tuple[list[int], list[int]], b: tuple[list[int], list[int]], c: tuple[list[int], list[int]]):
-        library = onednn._library
-        self._descs = [onednn._memory_desc(dims, strides) for dims, strides in (a, b, c)]
-        primitive_desc = onednn._Handle("dnnl_primitive_desc_destroy")
+        library = onednn.library()
+        self._descs = [onednn.memory_desc(dims, strides) for dims, strides in (a, b, c)]
+        primitive_desc = onednn.Handle("dnnl_primitive_desc_destroy")
         a_desc, b_desc, c_desc = (desc.pointer for desc in self._descs)
-        onednn._check(
+        onednn.check(
             library.dnnl_matmul_primitive_desc_create(
-                ctypes.byref(primitive_desc.pointer), onednn._engine, a_desc, b_desc, None, c_desc, None
+                ctypes.byref(primitive_desc.pointer), onednn.engine(), a_desc, b_desc, None, c_desc, None
             ),
             "matmul_primitive_desc_create",
         )
-        self._primitive = onednn._Handle("dnnl_primitive_destroy")
-        onednn._check(
-            library.dnnl_primitive_create(ctypes.byref(self._primitive.pointer), primitive_desc.pointer),
-            "primitive_create",
-        )
+        self._primitive = onednn.create_primitive(primitive_desc)
         self._primitive_desc = primitive_desc
-        self._memories = [onednn._memory(desc.pointer) for desc in self._descs]
+        self._memories = [onednn.memory(desc.pointer) for desc in self._descs]
 
     @property
     def implementation(self) -> str:
         return onednn.implementation(self._primitive_desc)
 
     def __call__(self, a_address: int, b_address: int, c_address: int) -> None:
-        library = onednn._library
+        library = onednn.library()
         a, b, c = self._memories
-        with onednn._stream_lock:
+        with onednn.STREAM_LOCK:
             library.dnnl_memory_set_data_handle(a.pointer, a_address)
             library.dnnl_memory_set_data_handle(b.pointer, b_address)
             library.dnnl_memory_set_data_handle(c.pointer, c_address)
-            onednn._execute(self._primitive, [(onednn._ARG_SRC, a), (onednn._ARG_WEIGHTS, b), (onednn._ARG_DST, c)])
+            onednn.execute(self._primitive, [(onednn.ARG_SRC, a), (onednn.ARG_WEIGHTS, b), (onednn.ARG_DST, c)])
 
 
 def _elements(array: np.ndarray) -> list[int]:

@@ -22,8 +22,6 @@ import numpy as np
 
 from runtime.kernels import onednn
 
-_QUERY_WEIGHTS_MD = 131
-
 
 class MatMulWeight:
     """A constant float32 B (K, N), or its transpose (N, K) with `trans`, for `a @ B` on oneDNN."""
@@ -72,17 +70,17 @@ class _Primitive:
     """oneDNN's matmul for one M, with the weight in the layout it chose."""
 
     def __init__(self, rows: int, source: np.ndarray, trans: bool) -> None:
-        library = onednn._library
+        library = onednn.library()
         k, n = (source.shape[1], source.shape[0]) if trans else source.shape
-        src = onednn._memory_desc([rows, k], [k, 1])
-        dst = onednn._memory_desc([rows, n], [n, 1])
-        user_weight = onednn._memory_desc([k, n], [1, k] if trans else [n, 1])
-        any_weight = onednn._memory_desc([k, n])
-        primitive_desc = onednn._Handle("dnnl_primitive_desc_destroy")
-        onednn._check(
+        src = onednn.memory_desc([rows, k], [k, 1])
+        dst = onednn.memory_desc([rows, n], [n, 1])
+        user_weight = onednn.memory_desc([k, n], [1, k] if trans else [n, 1])
+        any_weight = onednn.memory_desc([k, n])
+        primitive_desc = onednn.Handle("dnnl_primitive_desc_destroy")
+        onednn.check(
             library.dnnl_matmul_primitive_desc_create(
                 ctypes.byref(primitive_desc.pointer),
-                onednn._engine,
+                onednn.engine(),
                 src.pointer,
                 any_weight.pointer,
                 None,
@@ -91,19 +89,11 @@ class _Primitive:
             ),
             "matmul_primitive_desc_create",
         )
-        self._primitive = onednn._Handle("dnnl_primitive_destroy")
-        onednn._check(
-            library.dnnl_primitive_create(ctypes.byref(self._primitive.pointer), primitive_desc.pointer),
-            "primitive_create",
-        )
-        weight_desc = library.dnnl_primitive_desc_query_md(primitive_desc.pointer, _QUERY_WEIGHTS_MD, 0)
-        self._weight_buffer, address = onednn._aligned(library.dnnl_memory_desc_get_size(weight_desc))
-        self._weight = onednn._memory(weight_desc, address)
-        user_memory = onednn._memory(user_weight.pointer, source.ctypes.data)
-        onednn.reorder(user_weight, weight_desc, user_memory, self._weight)
+        self._primitive = onednn.create_primitive(primitive_desc)
+        self._weight_buffer, self._weight = onednn.reordered_weight(primitive_desc, user_weight, source)
         self._primitive_desc = primitive_desc
-        self._src = onednn._memory(src.pointer)
-        self._dst = onednn._memory(dst.pointer)
+        self._src = onednn.memory(src.pointer)
+        self._dst = onednn.memory(dst.pointer)
 
     @property
     def nbytes(self) -> int:
@@ -115,13 +105,13 @@ class _Primitive:
         return onednn.implementation(self._primitive_desc)
 
     def __call__(self, a: np.ndarray, out: np.ndarray) -> None:
-        library = onednn._library
+        library = onednn.library()
         args = [
-            (onednn._ARG_SRC, self._src),
-            (onednn._ARG_WEIGHTS, self._weight),
-            (onednn._ARG_DST, self._dst),
+            (onednn.ARG_SRC, self._src),
+            (onednn.ARG_WEIGHTS, self._weight),
+            (onednn.ARG_DST, self._dst),
         ]
-        with onednn._stream_lock:
+        with onednn.STREAM_LOCK:
             library.dnnl_memory_set_data_handle(self._src.pointer, a.ctypes.data)
             library.dnnl_memory_set_data_handle(self._dst.pointer, out.ctypes.data)
-            onednn._execute(self._primitive, args)
+            onednn.execute(self._primitive, args)

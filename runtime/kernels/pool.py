@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from runtime.backends import numpy_backend
 from runtime.kernels.base import Kernel, UnsupportedOp
-from runtime.kernels.conv import _read_auto_pad, spatial_pads
+from runtime.kernels.conv import read_auto_pad, spatial_pads
 
 
 def _output_wanted(node: ir.Node, index: int) -> bool:
@@ -85,7 +85,7 @@ class _Geometry:
         return xp.asarray(counts)
 
 
-def _window_sums(padded, taps):
+def window_sums(padded, taps):
     """Per output position, the sum over its window: one in-place add per kernel tap."""
     total = padded[taps[0]].copy()
     for tap in taps[1:]:
@@ -93,7 +93,7 @@ def _window_sums(padded, taps):
     return total
 
 
-def _window_maxima(xp, padded, taps):
+def window_maxima(xp, padded, taps):
     """Per output position, the maximum over its window: one in-place maximum per kernel tap."""
     y = padded[taps[0]].copy()
     for tap in taps[1:]:
@@ -101,13 +101,13 @@ def _window_maxima(xp, padded, taps):
     return y
 
 
-class _WindowPool(Kernel):
+class WindowPool(Kernel):
     """Attribute reading and per-shape geometry shared by the window pools (NCHW here, and
     channels-last in runtime/kernels/conv_nhwc.py, which overrides `_plan`)."""
 
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
-        self.auto_pad = _read_auto_pad(self)
+        self.auto_pad = read_auto_pad(self)
         self.kernel = self.attr("kernel_shape")
         if self.kernel is None:
             raise UnsupportedOp(f"{self.op_type} '{node.name}': attribute kernel_shape is required")
@@ -134,7 +134,7 @@ class _WindowPool(Kernel):
         )
 
 
-class MaxPool(_WindowPool):
+class MaxPool(WindowPool):
     op_type = "MaxPool"
     since_version = 1
 
@@ -152,7 +152,7 @@ class MaxPool(_WindowPool):
         padded = geometry.pad(xp, x, fill)
         taps = geometry.taps
         if not self.want_indices:
-            return (_window_maxima(xp, padded, taps),)
+            return (window_maxima(xp, padded, taps),)
         y = padded[taps[0]].copy()
         positions = self._positions(x.shape, geometry)
         n, c = x.shape[:2]
@@ -189,7 +189,7 @@ class MaxPool(_WindowPool):
         return positions
 
 
-class AveragePool(_WindowPool):
+class AveragePool(WindowPool):
     op_type = "AveragePool"
     since_version = 1
 
@@ -202,7 +202,7 @@ class AveragePool(_WindowPool):
         xp = self.xp
         geometry = self.plan(x.shape)
         work = x.astype(np.float32) if x.dtype == np.float16 else x
-        total = _window_sums(geometry.pad(xp, work, 0), geometry.taps)
+        total = window_sums(geometry.pad(xp, work, 0), geometry.taps)
         divisor = self._divisors.get(x.shape)
         if divisor is None:
             divisor = self._divisors[x.shape] = geometry.window_counts(xp, self.include_pad).astype(
@@ -212,7 +212,7 @@ class AveragePool(_WindowPool):
         return (total.astype(x.dtype, copy=False),)
 
 
-class LpPool(_WindowPool):
+class LpPool(WindowPool):
     op_type = "LpPool"
     since_version = 1
 
@@ -224,7 +224,7 @@ class LpPool(_WindowPool):
         xp = self.xp
         geometry = self.plan(x.shape)
         powered = xp.abs(x) ** self.p
-        total = _window_sums(geometry.pad(xp, powered, 0), geometry.taps)
+        total = window_sums(geometry.pad(xp, powered, 0), geometry.taps)
         return ((total ** (1.0 / self.p)).astype(x.dtype, copy=False),)
 
 

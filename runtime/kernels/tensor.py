@@ -17,11 +17,18 @@ import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import numpy_backend
-from runtime.kernels.base import Kernel, UnsupportedOp
+from runtime.kernels.base import Kernel, ShapeMemo, UnsupportedOp
+
+# Results made from shapes alone (ConstantOfShape's) are kept up to this size; larger ones are
+# made afresh, not held between runs.
+KEPT_ELEMENTS = 4096
 
 
 def _ints(array) -> list[int]:
     """A shape/axes/indices input (1-D, or 0-d as ONNX's own Loop cases write axes) as Python ints."""
+    if array.dtype.kind in "iu":  # tolist gives Python ints already: no per-item conversion
+        values = array.tolist()
+        return values if isinstance(values, list) else [values]
     return [int(v) for v in array.reshape(-1).tolist()]
 
 
@@ -54,12 +61,25 @@ class Reshape(Kernel):
         super().__init__(node, opset, backend)
         # allowzero (opset 14): a 0 in `shape` means a zero-sized dimension, not "copy this one".
         self.allowzero = bool(self.attr("allowzero", 0))
+        self._dims: list[int] | None = None  # a constant `shape`
+        self._targets = ShapeMemo()
+
+    def bind_constants(self, constants):
+        if constants[1] is not None:
+            self._dims = _ints(constants[1])
 
     def run(self, data, shape):
-        dims = _ints(shape)
-        if not self.allowzero:
-            dims = [data.shape[i] if d == 0 else d for i, d in enumerate(dims)]
-        return (data.reshape(dims),)
+        if self._dims is None:
+            return (data.reshape(self._target(data.shape, _ints(shape))),)
+        target = self._targets.get(data.shape)
+        if target is None:
+            target = self._targets.keep(data.shape, self._target(data.shape, self._dims))
+        return (data.reshape(target),)
+
+    def _target(self, data_shape, dims):
+        if self.allowzero or 0 not in dims:
+            return dims
+        return [data_shape[i] if d == 0 else d for i, d in enumerate(dims)]
 
 
 class Flatten(Kernel):
@@ -93,8 +113,23 @@ class Squeeze(Kernel):
     op_type = "Squeeze"
     since_version = 13
 
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._constant_axes = len(node.inputs) < 2 or node.inputs[1] is None
+        self._shapes = ShapeMemo()
+
+    def bind_constants(self, constants):
+        self._constant_axes = len(constants) < 2 or constants[1] is not None
+
     def run(self, data, axes=None):
-        return (_squeeze(self.xp, data, None if axes is None else tuple(_ints(axes))),)
+        if self._constant_axes:
+            shape = self._shapes.get(data.shape)
+            if shape is not None:
+                return (data.reshape(shape),)
+        y = _squeeze(self.xp, data, None if axes is None else tuple(_ints(axes)))
+        if self._constant_axes:
+            self._shapes.keep(data.shape, y.shape)
+        return (y,)
 
 
 def _squeeze(xp, data, axes):
@@ -110,26 +145,44 @@ class Unsqueeze_1(Kernel):
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
         self.axes = list(self.attr("axes"))
+        self._shapes = ShapeMemo()
 
     def run(self, data):
-        return (_unsqueeze(data, self.axes),)
+        shape = self._shapes.get(data.shape)
+        if shape is None:
+            shape = self._shapes.keep(data.shape, _unsqueezed(data.shape, self.axes))
+        return (data.reshape(shape),)
 
 
 class Unsqueeze(Kernel):
     op_type = "Unsqueeze"
     since_version = 13
 
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._axes: list[int] | None = None  # constant axes
+        self._shapes = ShapeMemo()
+
+    def bind_constants(self, constants):
+        if constants[1] is not None:
+            self._axes = _ints(constants[1])
+
     def run(self, data, axes):
-        return (_unsqueeze(data, _ints(axes)),)
+        if self._axes is None:
+            return (data.reshape(_unsqueezed(data.shape, _ints(axes))),)
+        shape = self._shapes.get(data.shape)
+        if shape is None:
+            shape = self._shapes.keep(data.shape, _unsqueezed(data.shape, self._axes))
+        return (data.reshape(shape),)
 
 
-def _unsqueeze(data, axes):
+def _unsqueezed(data_shape, axes) -> tuple[int, ...]:
     # Axes count in the output's rank, so new dimensions are placed in ascending order.
-    rank = data.ndim + len(axes)
-    shape = list(data.shape)
+    rank = len(data_shape) + len(axes)
+    shape = list(data_shape)
     for axis in sorted(a + rank if a < 0 else a for a in axes):
         shape.insert(axis, 1)
-    return data.reshape(shape)
+    return tuple(shape)
 
 
 class Transpose(Kernel):
@@ -213,8 +266,23 @@ class Split(Kernel):
         self.axis = self.attr("axis", 0)
         self.split = self.attr("split")
         self.parts = self.attr("num_outputs", len(node.outputs))
+        self._sizes_constant = len(node.inputs) < 2 or node.inputs[1] is None
+        self._indices = ShapeMemo()
+
+    def bind_constants(self, constants):
+        self._sizes_constant = len(constants) < 2 or constants[1] is not None
 
     def run(self, data, split=None):
+        if self._sizes_constant:
+            indices = self._indices.get(data.shape)
+            if indices is not None:
+                return tuple(data[index] for index in indices)
+        parts = self._split(data, split)
+        if self._sizes_constant:
+            self._indices.keep(data.shape, _part_indices(data.ndim, self.axis, [part.shape for part in parts]))
+        return parts
+
+    def _split(self, data, split):
         axis = self.axis + data.ndim if self.axis < 0 else self.axis
         sizes = _ints(split) if split is not None else self.split
         dim = data.shape[axis]
@@ -227,6 +295,16 @@ class Split(Kernel):
             )
         bounds = np.cumsum(sizes)[:-1].tolist()
         return tuple(self.xp.split(data, bounds, axis=axis))
+
+
+def _part_indices(rank: int, axis: int, shapes) -> tuple[tuple[slice, ...], ...]:
+    """The index of each of Split's parts in its input, from the parts' shapes."""
+    axis = axis + rank if axis < 0 else axis
+    indices, start = [], 0
+    for shape in shapes:
+        indices.append((slice(None),) * axis + (slice(start, start + shape[axis]),))
+        start += shape[axis]
+    return tuple(indices)
 
 
 # ---------------------------------------------------------------- slicing
@@ -276,7 +354,23 @@ class Slice(Kernel):
     op_type = "Slice"
     since_version = 10
 
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._bounds_constant = False
+        self._indices = ShapeMemo()
+
+    def bind_constants(self, constants):
+        # starts, ends and the optional axes and steps: constant or omitted
+        self._bounds_constant = all(
+            value is not None or position >= len(self.node.inputs) or self.node.inputs[position] is None
+            for position, value in enumerate(constants[1:], start=1)
+        )
+
     def run(self, data, starts, ends, axes=None, steps=None):
+        if self._bounds_constant:
+            index = self._indices.get(data.shape)
+            if index is not None:
+                return (data[index],)
         index = _slice_tuple(
             data.shape,
             _ints(starts),
@@ -284,6 +378,8 @@ class Slice(Kernel):
             None if axes is None else _ints(axes),
             None if steps is None else _ints(steps),
         )
+        if self._bounds_constant:
+            self._indices.keep(data.shape, index)
         return (data[index],)
 
 
@@ -294,9 +390,16 @@ class Expand(Kernel):
     op_type = "Expand"
     since_version = 8
 
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._targets = ShapeMemo()
+
     def run(self, data, shape):
         # A read-only broadcast view: consumers never write into inputs, so no copy is needed.
-        target = np.broadcast_shapes(data.shape, tuple(_ints(shape)))
+        key = (data.shape, shape.tobytes())
+        target = self._targets.get(key)
+        if target is None:
+            target = self._targets.keep(key, np.broadcast_shapes(data.shape, tuple(_ints(shape))))
         return (self.xp.broadcast_to(data, target),)
 
 
@@ -378,6 +481,9 @@ def _pad_mode(node, mode):
 
 
 class Shape(Kernel):
+    """The shape as int64, one array per input shape kept and handed out read-only (consumers
+    never write into inputs; the session copies an output that is not writeable)."""
+
     op_type = "Shape"
     since_version = 1
 
@@ -386,9 +492,16 @@ class Shape(Kernel):
         # start/end (opset 15) slice the shape with Python's own clamping rules.
         self.start = self.attr("start", 0)
         self.end = self.attr("end")
+        self._shapes = ShapeMemo()
 
     def run(self, data):
-        return (self.xp.asarray(data.shape[self.start : self.end], dtype=np.int64),)
+        shape = self._shapes.get(data.shape)
+        if shape is None:
+            shape = self.xp.asarray(data.shape[self.start : self.end], dtype=np.int64)
+            if isinstance(shape, np.ndarray):
+                shape.flags.writeable = False
+            self._shapes.keep(data.shape, shape)
+        return (shape,)
 
 
 class Size(Kernel):
@@ -407,9 +520,19 @@ class ConstantOfShape(Kernel):
         super().__init__(node, opset, backend)
         value = self.attr("value")
         self.value = np.zeros(1, dtype=np.float32) if value is None else value.reshape(-1)
+        self._filled = ShapeMemo()
 
     def run(self, shape):
-        return (self.xp.full(_ints(shape), self.value[0], dtype=self.value.dtype),)
+        # A small result is kept read-only, one per shape: consumers never write into inputs,
+        # and the session copies an output that is not writeable.
+        key = shape.tobytes()
+        filled = self._filled.get(key)
+        if filled is None:
+            filled = self.xp.full(_ints(shape), self.value[0], dtype=self.value.dtype)
+            if isinstance(filled, np.ndarray) and filled.size <= KEPT_ELEMENTS:
+                filled.flags.writeable = False
+                self._filled.keep(key, filled)
+        return (filled,)
 
 
 class Constant(Kernel):

@@ -11,8 +11,7 @@ import math
 
 import numpy as np
 
-from runtime.executor import GraphExecutor
-from runtime.kernels.base import Kernel, UnsupportedOp
+from runtime.kernels.base import Kernel, SubgraphKernel, UnsupportedOp
 
 
 class Add(Kernel):
@@ -111,16 +110,17 @@ class BiasGelu(Kernel):
         return ((0.5 * y * (1 + erf(y / math.sqrt(2)))).astype(x.dtype),)
 
 
-class If(Kernel):
-    """The If of the executor docstring: subgraphs through GraphExecutor, outer scope passed on."""
+class If(SubgraphKernel):
+    """The If of the executor docstring: subgraphs planned by the planner the plan hands in,
+    outer scope passed on."""
 
     op_type = "If"
     since_version = 16
 
-    def __init__(self, node, opset, backend):
-        super().__init__(node, opset, backend)
-        self.then_branch = GraphExecutor(self.attr("then_branch"))
-        self.else_branch = GraphExecutor(self.attr("else_branch"))
+    def __init__(self, node, opset, backend, *, plan_subgraph):
+        super().__init__(node, opset, backend, plan_subgraph=plan_subgraph)
+        self.then_branch = self.subgraph("then_branch")
+        self.else_branch = self.subgraph("else_branch")
 
     def run(self, cond, *, outer_scope):
         branch = self.then_branch if bool(cond) else self.else_branch

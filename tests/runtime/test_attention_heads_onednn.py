@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from runtime.kernels import contrib_attention, libraries, onednn
-from tests.runtime.test_kernels_contrib import (
+from runtime.kernels import contrib_attention, gemm, libraries, onednn
+from tests.runtime.contrib_cases import (
     ATTENTION_PATH_CASES,
     BATCH,
     HEADS,
     HIDDEN,
     KV_SEQ,
     SEQ,
-    _masks,
-    _mha_inputs,
     check,
+    masks,
+    mha_inputs,
     one_node_model,
     rand,
     run_ours,
@@ -33,15 +33,17 @@ F = TensorProto.FLOAT
 
 @pytest.fixture
 def onednn_reads(monkeypatch):
-    """Runs the test's kernels as a session that chose oneDNN does; lists each in-place call's q shape."""
+    """Runs the test's kernels as a session that chose oneDNN does; lists each in-place call's q
+    shape. These shapes are small, so products of every size go to the libraries here."""
+    monkeypatch.setattr(gemm, "SMALL_PRODUCT", 0)
     calls = []
-    real = contrib_attention._onednn_attend
+    real = contrib_attention.onednn_attend
 
     def counted(products, q, *args):
         calls.append(q.shape)
         return real(products, q, *args)
 
-    monkeypatch.setattr(contrib_attention, "_onednn_attend", counted)
+    monkeypatch.setattr(contrib_attention, "onednn_attend", counted)
     with libraries.using({"gemm": "onednn"}):
         yield calls
 
@@ -63,7 +65,7 @@ def test_attention_reads_heads_on_onednn(case, onednn_reads):
     spec = ATTENTION_PATH_CASES[case]
     bias_shape = spec.get("attention_bias")
     inputs = _attention_inputs(
-        BATCH, SEQ, HIDDEN, dv=spec.get("dv"), mask=_masks()[spec["mask"]], bias=spec.get("bias", True),
+        BATCH, SEQ, HIDDEN, dv=spec.get("dv"), mask=masks()[spec["mask"]], bias=spec.get("bias", True),
         attention_bias=None if bias_shape is None else rand(*bias_shape, seed=3),
     )
     attrs = {"num_heads": HEADS, "unidirectional": spec.get("unidirectional", 0)}
@@ -96,13 +98,13 @@ def test_attention_at_level_all_shapes_on_onednn(model, seq, hidden, heads, batc
 def test_attention_on_onednn_meets_each_sequence_length_it_is_given(onednn_reads):
     """One kernel, run at two sequence lengths and back: a primitive per geometry, none reused wrongly."""
     for seq in (SEQ, SEQ + 3, SEQ):
-        check("Attention", _attention_inputs(BATCH, seq, HIDDEN, mask=_masks(seq=seq)["2d_raw"]), num_heads=HEADS)
+        check("Attention", _attention_inputs(BATCH, seq, HIDDEN, mask=masks(seq=seq)["2d_raw"]), num_heads=HEADS)
     assert onednn_reads == [(BATCH, SEQ, HIDDEN), (BATCH, SEQ + 3, HIDDEN), (BATCH, SEQ, HIDDEN)]
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_multi_head_attention_reads_heads_on_onednn(with_bias, onednn_reads):
-    inputs = _mha_inputs("3d", with_bias, mask=_masks(seq=KV_SEQ)["2d_raw"], attention_bias=True)
+    inputs = mha_inputs("3d", with_bias, mask=masks(seq=KV_SEQ)["2d_raw"], attention_bias=True)
     check("MultiHeadAttention", inputs, num_heads=HEADS)
     assert onednn_reads == [(BATCH, SEQ, HIDDEN)]
 

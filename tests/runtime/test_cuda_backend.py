@@ -35,8 +35,8 @@ from runtime.kernels.registry import find_kernel
 from runtime.providers import ProviderFallbackWarning, provider_names
 from tests.models import patterns
 from tests.oracle import ATOL, MODELS, RTOL, fixture_feeds, run_onnxruntime
-from tests.runtime.test_kernels_contrib import _embed_inputs as contrib_embed_inputs
-from tests.runtime.test_kernels_contrib import _masks as contrib_masks
+from tests.runtime.contrib_cases import embed_inputs as contrib_embed_inputs
+from tests.runtime.contrib_cases import masks as contrib_masks
 
 LEVELS = ["disabled", "basic", "extended", "layout", "all"]
 FIXTURES = sorted(path.name for path in MODELS.glob("*.onnx"))
@@ -367,7 +367,7 @@ def test_layer_normalization_on_cuda_is_one_launch(cupy, fused_calls, axis, with
     assert fused_calls["layer_norm"] == 1
 
 
-def _embed_inputs(mask=True, segment=True, position_ids_shape=None):
+def embed_inputs(mask=True, segment=True, position_ids_shape=None):
     """test_kernels_contrib's EmbedLayerNormalization inputs, at a width with several warps a row."""
     return contrib_embed_inputs(mask, segment, position_ids_shape, hidden=96)
 
@@ -375,7 +375,7 @@ def _embed_inputs(mask=True, segment=True, position_ids_shape=None):
 @pytest.mark.parametrize(("mask", "segment"), [(True, True), (False, False)])
 @pytest.mark.parametrize("position_ids_shape", [None, (2, 5), (1, 5)])
 def test_embed_layer_norm_on_cuda_is_one_launch(cupy, fused_calls, mask, segment, position_ids_shape):
-    inputs = _embed_inputs(mask, segment, position_ids_shape)
+    inputs = embed_inputs(mask, segment, position_ids_shape)
     outputs = [("output", F), ("mask_index", I32), ("embedding_sum", F)]
     _check_on_cuda(cupy, "EmbedLayerNormalization", inputs, outputs, epsilon=1e-5)
     assert fused_calls["embed_layer_norm"] == 1
@@ -383,7 +383,7 @@ def test_embed_layer_norm_on_cuda_is_one_launch(cupy, fused_calls, mask, segment
 
 @pytest.mark.parametrize(("field", "message"), [("input_ids", "input_ids"), ("position_ids", "position_ids")])
 def test_embed_layer_norm_on_cuda_rejects_out_of_range_ids(cupy, fused_calls, field, message):
-    inputs = _embed_inputs(position_ids_shape=(2, 5))
+    inputs = embed_inputs(position_ids_shape=(2, 5))
     inputs[field][1, 2] = 20
     model = _one_node("EmbedLayerNormalization", inputs, [("output", F), ("mask_index", I32)], MS, 1, {})
     with pytest.raises(ValueError, match=rf"{message} out of range"):
@@ -429,20 +429,20 @@ def test_gelus_on_cuda_take_float16(cupy, fused_calls, case):
 BATCH, SEQ, HIDDEN, HEADS = 2, 40, 32, 4  # 40 keys: each warp lane takes two columns of a score row
 
 
-def _masks(past=0):
+def masks(past=0):
     """Every mask_index format ORT's CPU Attention takes (test_kernels_contrib's set), at this
     file's sizes."""
     return contrib_masks(BATCH, SEQ, past)
 
 
-@pytest.mark.parametrize("mask_name", list(_masks()))
+@pytest.mark.parametrize("mask_name", list(masks()))
 @pytest.mark.parametrize("unidirectional", [0, 1])
 def test_attention_on_cuda_masks(cupy, fused_calls, mask_name, unidirectional):
     inputs = {
         "input": _rand(BATCH, SEQ, HIDDEN),
         "weights": _rand(HIDDEN, 3 * HIDDEN, scale=0.5, seed=1),
         "bias": _rand(3 * HIDDEN, seed=2),
-        "mask_index": _masks()[mask_name],
+        "mask_index": masks()[mask_name],
     }
     _check_on_cuda(cupy, "Attention", inputs, num_heads=HEADS, unidirectional=unidirectional)
     assert fused_calls["attention"] == 1
@@ -458,7 +458,7 @@ def test_attention_on_cuda_attributes(cupy, fused_calls, variant):
         "input": _rand(BATCH, SEQ, HIDDEN),
         "weights": _rand(HIDDEN, 2 * HIDDEN + dv, scale=0.5, seed=1),
         "bias": None if variant == "no_bias" else _rand(2 * HIDDEN + dv, seed=2),
-        "mask_index": _masks()["2d_raw"],
+        "mask_index": masks()["2d_raw"],
         "past": None,
         "attention_bias": _rand(*bias_shape[variant], seed=3) if variant in bias_shape else None,
     }
@@ -483,7 +483,7 @@ def test_attention_on_cuda_past_and_present(cupy, fused_calls, unidirectional, w
         "input": _rand(BATCH, SEQ, HIDDEN),
         "weights": _rand(HIDDEN, 3 * HIDDEN, scale=0.5, seed=1),
         "bias": _rand(3 * HIDDEN, seed=2),
-        "mask_index": _masks(past=past_len)["2d_raw"],
+        "mask_index": masks(past=past_len)["2d_raw"],
         "past": _rand(2, BATCH, HEADS, past_len, HIDDEN // HEADS, seed=4) if with_past else None,
     }
     outputs = [("Y", F), ("present", F)]

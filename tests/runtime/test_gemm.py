@@ -29,6 +29,19 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 rng = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def products_of_every_size_on_the_libraries(request, monkeypatch):
+    """The shapes here are small; the libraries' paths are what these tests are about, so products
+    below gemm.SMALL_PRODUCT go to them too, unless a test asks for `real_small_product`."""
+    if "real_small_product" not in request.fixturenames:
+        monkeypatch.setattr(gemm, "SMALL_PRODUCT", 0)
+
+
+@pytest.fixture
+def real_small_product():
+    """gemm.SMALL_PRODUCT as the runtime has it."""
+
+
 def normal(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
@@ -149,7 +162,7 @@ def _session(model, library=LIBRARIES[0]):
 
 
 def _kernel(session):
-    (step,) = session._executor.plan.steps
+    (step,) = session.plan.steps
     return step.kernel
 
 
@@ -177,6 +190,24 @@ def matmul_model(a_shape, w, as_graph_input=False):
 def test_matmul_with_a_constant_weight_runs_packed(a_shape, library):
     w = normal(48, 33)
     _check(matmul_model(a_shape, w), {"a": normal(*a_shape)}, packed_expected=X86, library=library)
+
+
+@needs_mkl
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_small_products_run_on_numpy_and_larger_ones_packed(library, monkeypatch, real_small_product):
+    """Below gemm.SMALL_PRODUCT multiply-adds a call into a library costs more than the product."""
+    packed_calls = []
+    real = gemm.matmul_packed
+    monkeypatch.setattr(
+        gemm, "matmul_packed", lambda a, packed, out=None: packed_calls.append(a.shape) or real(a, packed, out)
+    )
+    w = normal(64, 64)
+    ours = _session(matmul_model([None, 64], w), library)
+    assert _kernel(ours).packed is not None
+    small, large = normal(1, 64), normal(128, 64)  # 4,096 and 524,288 multiply-adds
+    for a in (small, large):
+        np.testing.assert_allclose(ours.run(None, {"a": a})[0], a @ w, rtol=RTOL, atol=ATOL)
+    assert packed_calls == [(128, 64)]
 
 
 def test_matmul_whose_weight_a_feed_may_replace_is_not_packed():
@@ -295,9 +326,9 @@ def test_gemm_backend_is_the_measured_choice():
 @pytest.mark.skipif(not X86, reason="MKL exists for x86_64 only")
 def test_intra_op_threads_reach_mkl():
     InferenceSession(matmul_model([3, 4], normal(4, 2)), SessionOptions(intra_op_num_threads=1))
-    assert gemm._library.MKL_Get_Max_Threads() == 1
+    assert gemm.max_threads() == 1
     InferenceSession(matmul_model([3, 4], normal(4, 2)), SessionOptions(intra_op_num_threads=2))
-    assert gemm._library.MKL_Get_Max_Threads() == 2
+    assert gemm.max_threads() == 2
 
 
 # ---------------------------------------------------------------- whole fixtures

@@ -76,7 +76,7 @@ def test_fastest_candidate_is_chosen_cached_and_used(monkeypatch):
     calls = []
     monkeypatch.setattr(
         kernel_choice,
-        "_race",
+        "race_libraries",
         lambda c, s, m, rounds=None: calls.append(s) or {x: (1.0 if x == fastest else 5.0) for x in c},
     )
     monkeypatch.setattr(kernel_choice, "MIN_MEASURED_GEMM_FLOPS", 0)
@@ -105,7 +105,7 @@ def test_fastest_candidate_is_chosen_cached_and_used(monkeypatch):
 
 def test_small_models_get_the_machines_choice_on_reference_shapes(monkeypatch):
     seen = []
-    monkeypatch.setattr(kernel_choice, "_race", lambda c, s, m, rounds=None: seen.append(s) or {x: 1.0 for x in c})
+    monkeypatch.setattr(kernel_choice, "race_libraries", lambda c, s, m, rounds=None: seen.append(s) or {x: 1.0 for x in c})
     session = InferenceSession(
         _matmul_model([3, 4], 4, 2), SessionOptions(graph_optimization_level="disabled")
     )
@@ -117,10 +117,10 @@ def test_small_models_get_the_machines_choice_on_reference_shapes(monkeypatch):
 def test_a_measurement_runs_every_candidate():
     # Real timings, one round, BERT-base's shapes cut down so the test stays quick.
     shapes = [(16, 64, 96, 2)]
-    entrants = kernel_choice._with_waits(kernel_choice.gemm_candidates())
-    timings = kernel_choice._race(entrants, shapes, kernel_choice._time_gemm)
+    entrants = kernel_choice.with_waits(kernel_choice.gemm_candidates())
+    timings = kernel_choice.race_libraries(entrants, shapes, kernel_choice.time_gemm)
     assert set(timings) == set(entrants) and all(t > 0 for t in timings.values())
-    assert {kernel_choice._split(e)[0] for e in entrants} == set(kernel_choice.gemm_candidates())
+    assert {kernel_choice.split(e)[0] for e in entrants} == set(kernel_choice.gemm_candidates())
 
 
 @pytest.mark.skipif(
@@ -145,7 +145,7 @@ def test_a_sessions_wait_holds_for_its_runs_only():
 _WITH_THE_USERS_BLOCKTIME = """
 from runtime import kernel_choice
 from runtime.kernels import openmp
-print(kernel_choice._with_waits(["onednn", "numpy"]))
+print(kernel_choice.with_waits(["onednn", "numpy"]))
 with openmp.waiting("spin"):
     print(openmp.load().kmp_get_blocktime())
 """
@@ -210,7 +210,7 @@ def test_the_race_goes_by_the_typical_call_not_the_luckiest(monkeypatch):
 
         return call
 
-    timings = kernel_choice._race(["erratic", "steady"], [(1, 1, 1, 2)], make_call)
+    timings = kernel_choice.race_libraries(["erratic", "steady"], [(1, 1, 1, 2)], make_call)
     assert timings["steady"] < timings["erratic"]
     assert timings["erratic"] >= 2 * 0.012 * 1e3 * 0.9  # the median call, counted twice
 
@@ -232,7 +232,7 @@ def test_the_race_goes_by_the_lower_quartile_so_a_slow_spell_in_half_the_rounds_
 
         return call
 
-    timings = kernel_choice._race(["spelled", "steady"], [(1, 1, 1, 1)], make_call)
+    timings = kernel_choice.race_libraries(["spelled", "steady"], [(1, 1, 1, 1)], make_call)
     assert timings["spelled"] < timings["steady"]
 
 
@@ -256,7 +256,7 @@ def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
     monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
     monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
     counts, make_call = _sleepers({"quick": 0.004, "close": 0.005, "slow": 0.016})
-    timings = kernel_choice._race(["quick", "close", "slow"], [(1, 1, 1, 1)], make_call)
+    timings = kernel_choice.race_libraries(["quick", "close", "slow"], [(1, 1, 1, 1)], make_call)
     # per round, one call that wakes the threads and one timed
     assert counts == {"quick": 12, "close": 12, "slow": 4}
     assert timings["slow"] >= 2 * timings["quick"] and timings["quick"] < timings["close"]
@@ -270,7 +270,7 @@ def test_a_close_call_races_as_many_rounds_again(monkeypatch):
     monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
     monkeypatch.setattr(kernel_choice, "_CLOSE", 0.3)
     counts, make_call = _sleepers({"first": 0.010, "second": 0.010, "third": 0.018})
-    timings = kernel_choice._race(["first", "second", "third"], [(1, 1, 1, 1)], make_call)
+    timings = kernel_choice.race_libraries(["first", "second", "third"], [(1, 1, 1, 1)], make_call)
     # per round, one call that wakes the threads and one timed
     assert counts == {"first": 24, "second": 24, "third": 12}
     assert timings["first"] < timings["third"] and timings["second"] < timings["third"]
@@ -284,12 +284,12 @@ def test_gemm_race_times_the_pass_after_each_product(monkeypatch):
     monkeypatch.setattr(
         kernel_choice.compiled, "bias_gelu_rows", lambda x, b, out: passes.append(x.shape) or original(x, b, out)
     )
-    kernel_choice._time_gemm("numpy", (16, 64, 96, 1))()
+    kernel_choice.time_gemm("numpy", (16, 64, 96, 1))()
     assert passes == [(16, 96)]
 
 
 def test_fixed_libraries_are_not_measured_and_unknown_ones_refused(monkeypatch):
-    monkeypatch.setattr(kernel_choice, "_race", lambda *a: pytest.fail("measured a fixed library"))
+    monkeypatch.setattr(kernel_choice, "race_libraries", lambda *a: pytest.fail("measured a fixed library"))
     options = SessionOptions(
         graph_optimization_level="disabled", kernel_libraries={"gemm": "numpy", "conv": "numpy"}
     )
@@ -336,7 +336,7 @@ def test_convolutions_are_timed_on_the_models_own_nodes(monkeypatch):
     session = InferenceSession(model, SessionOptions(graph_optimization_level="all"))
     conv = session.kernel_choices.conv
     assert conv.library in ("onednn", "numpy")
-    assert {kernel_choice._split(entrant)[0] for entrant in conv.timings_ms} == {"onednn", "numpy"}
+    assert {kernel_choice.split(entrant)[0] for entrant in conv.timings_ms} == {"onednn", "numpy"}
     assert "convolutions" in conv.reason and conv.shapes
     # Every convolution of the model is timed, each distinct one once, weighted by its count (a
     # race over the three largest chose im2col for ResNet-50, whose other 50 run faster on oneDNN).
@@ -373,12 +373,12 @@ def test_distinct_convolutions_are_timed_once_each_weighted_by_count():
     # Two stride-1 convolutions of one shape are one entry counted twice; the stride-2 one is
     # its own entry, its work counted on its output (a quarter of its input's positions).
     model = _nhwc_conv_model([1, 1, 2])
-    found = kernel_choice._conv_nodes(model)
+    found = kernel_choice.conv_nodes(model)
     assert len(found) == 2
     by_stride = {node.attributes["strides"].value[0]: (node, shape, count) for node, shape, count in found}
     assert by_stride[1][1:] == ((1, 16, 16, 8), 2) and by_stride[2][1:] == ((1, 16, 16, 8), 1)
     # two nodes of 16x16 outputs against one of 8x8
-    assert kernel_choice._conv_flops(*by_stride[1]) == 8 * kernel_choice._conv_flops(*by_stride[2])
+    assert kernel_choice.conv_flops(*by_stride[1]) == 8 * kernel_choice.conv_flops(*by_stride[2])
     assert found[0] == by_stride[1]  # the costliest share first
     assert gemm.backend_name() in ("mkl-packed", "numpy")  # outside the session: the default again
 
@@ -393,7 +393,7 @@ def test_a_gpu_backend_makes_no_cpu_library_choice():
 def test_numpy_must_win_by_ten_percent(monkeypatch, numpy_ms, winner):
     monkeypatch.setattr(kernel_choice, "gemm_candidates", lambda: ["onednn", "numpy"])
     monkeypatch.setattr(
-        kernel_choice, "_race", lambda c, s, m, rounds=None: {x: numpy_ms if x == "numpy" else 10.0 for x in c}
+        kernel_choice, "race_libraries", lambda c, s, m, rounds=None: {x: numpy_ms if x == "numpy" else 10.0 for x in c}
     )
     session = InferenceSession(_matmul_model([3, 4], 4, 2), SessionOptions(graph_optimization_level="disabled"))
     assert session.gemm_backend == winner and "must win by 10%" in session.kernel_choices.gemm.reason

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from runtime.kernels.base import UnsupportedOp
-from tests.runtime.test_kernels_contrib import OPSETS, run_ort, run_ours
+from tests.runtime.contrib_cases import OPSETS, run_ort, run_ours
 
 HEADS, KV_HEADS, HEAD_SIZE = 4, 2, 16
 RNG = np.random.default_rng(11)

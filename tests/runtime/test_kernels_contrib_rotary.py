@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.runtime.test_kernels_contrib import check, one_node_model, rand, run_ours
+from tests.runtime.contrib_cases import check, one_node_model, rand, run_ours
 
 RNG = np.random.default_rng(7)
 

@@ -1,4 +1,4 @@
-"""oneDNN convolutions (runtime/kernels/onednn.py, behind NhwcFusedConv and Conv): taken where they
+"""oneDNN convolutions (runtime/kernels/onednn_conv.py, behind NhwcFusedConv and Conv): taken where they
 should be, equal to the numpy path and to onnxruntime, and left where they should not run.
 
 The kernel tests in test_kernels_nhwc.py already hold NhwcFusedConv to onnxruntime with a
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from runtime.kernels import libraries, onednn
+from runtime.kernels import libraries, onednn, onednn_conv
 from runtime.kernels.conv import Conv
 from runtime.kernels.conv_nhwc import NhwcFusedConv
 from tests.runtime.test_kernels_nhwc import make_node, onnxruntime_node
@@ -199,7 +199,7 @@ def test_a_primitive_onednn_refuses_raises_with_the_call_named():
     w = np.zeros((4, 3, 3, 3), np.float32)
     with pytest.raises(onednn.OneDnnError, match="convolution_forward_primitive_desc_create failed"):
         # An output size that does not follow from the input, kernel and padding.
-        onednn.ConvPrimitive(
+        onednn_conv.ConvPrimitive(
             (1, 8, 8, 3), w, False, group=1, strides=[1, 1], dilations=[1, 1], begin=[0, 0], end=[0, 0], out=[9, 9]
         )
 
@@ -215,7 +215,7 @@ def test_without_onednn_the_kernel_uses_numpy(monkeypatch):
     expected = onnxruntime_node("Conv", [x, w, b], pads=[1, 1, 1, 1])
     np.testing.assert_allclose(channels_first(y), expected, rtol=RTOL, atol=ATOL)
     with pytest.raises(RuntimeError, match="oneDNN is not available: the onednn-cpu-gomp package"):
-        onednn.ConvPrimitive(
+        onednn_conv.ConvPrimitive(
             (1, 6, 6, 4), w, False, group=1, strides=[1, 1], dilations=[1, 1], begin=[1, 1], end=[1, 1], out=[6, 6]
         )
 

@@ -32,8 +32,8 @@ def normal(*shape):
 def test_activation_in_parts_is_bitwise_the_one_thread_loop(with_bias, fast, parts):
     x, bias = normal(7, 96) * 4, normal(96) if with_bias else np.zeros(0, np.float32)
     one, split = np.empty_like(x), np.empty_like(x)
-    compiled._gelu_span(x, bias, fast, one, 0, 7)
-    compiled._gelu_chunks(x, bias, fast, split, parts)
+    compiled.gelu_span(x, bias, fast, one, 0, 7)
+    compiled.gelu_chunks(x, bias, fast, split, parts)
     np.testing.assert_array_equal(split, one)
 
 
@@ -49,9 +49,9 @@ def test_skip_layer_norm_in_parts_is_bitwise_and_each_part_has_its_own_scratch_r
         mean, inv_std = np.empty(rows, np.float32), np.empty(rows, np.float32)
         args = (x, skip, bias, gamma, beta, np.float32(1e-5), True, out, summed, mean, inv_std)
         if run == "one":
-            compiled._skip_layer_norm_span(*args, 0, rows)
+            compiled.skip_layer_norm_span(*args, 0, rows)
         else:
-            compiled._skip_layer_norm_chunks(*args, parts)
+            compiled.skip_layer_norm_chunks(*args, parts)
         results.append((out, mean, inv_std, summed if sum_is_output else None))
     for one, split in zip(*results, strict=True):
         if one is not None:
@@ -63,8 +63,8 @@ def test_softmax_in_parts_is_bitwise_the_one_thread_loop(mask_shape):
     scores = normal(2, 3, 5, 16)
     mask = np.where(RNG.random(mask_shape) < 0.2, np.float32(-10000), np.float32(0)).astype(np.float32)
     one, split = scores.copy(), scores.copy()
-    compiled._softmax_span(one, np.float32(0.125), mask, 0, 30)
-    compiled._softmax_chunks(split, np.float32(0.125), mask, 4)
+    compiled.softmax_span(one, np.float32(0.125), mask, 0, 30)
+    compiled.softmax_chunks(split, np.float32(0.125), mask, 4)
     np.testing.assert_array_equal(split, one)
     np.testing.assert_allclose(split.sum(-1), 1, rtol=1e-5)
 
@@ -74,8 +74,8 @@ def test_conv_epilogue_in_parts_is_bitwise_the_one_thread_loop(relu):
     y, bias, residual = normal(11, 32), normal(32), normal(11, 32)
     y[0, 0] = np.nan  # the clamp keeps NaN, split or not
     one, split = y.copy(), y.copy()
-    compiled._conv_epilogue_span(one, bias, residual, relu, 0, 11)
-    compiled._conv_epilogue_chunks(split, bias, residual, relu, 3)
+    compiled.conv_epilogue_span(one, bias, residual, relu, 0, 11)
+    compiled.conv_epilogue_chunks(split, bias, residual, relu, 3)
     np.testing.assert_array_equal(split, one)
 
 
