@@ -85,7 +85,7 @@ def export(kind: str, exporter: str, path: Path) -> None:
     onnx.save(proto, str(path))
 
 
-FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo"]
+FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo", "deberta_v2_torchscript"]
 
 
 def main(argv: list[str]) -> None:

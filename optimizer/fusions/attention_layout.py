@@ -258,7 +258,8 @@ def batched_heads_fails(probe: LayoutProbe, sdpa_nodes: list[ir.Node], scores_re
     flat, heads = (batch * num_heads, seq, seq), (batch, num_heads, seq, seq)
     for node in sdpa_nodes:  # the Shape ops computing the targets read these
         for output in node.outputs:
-            probe.shapes.setdefault(id(output), heads if rank(output) == 4 else flat)
+            if rank(output) in (3, 4):
+                probe.shapes.setdefault(id(output), heads if rank(output) == 4 else flat)
     for node, source, target in ((scores_reshape, flat, heads), (probs_reshape, heads, flat)):
         probe.shapes[id(node.inputs[0])], probe.shapes[id(node.outputs[0])] = source, target
         wanted = probe.ints(node.inputs[1])

@@ -237,13 +237,15 @@ def _trace_projection(value: ir.Value):
     scale = 1.0
     cache = past = None
     node = producer(value)
-    while node is not None and len(chain) + len(scale_nodes) < MAX_CHAIN:
+    scales = 0
+    while node is not None and len(chain) + scales < MAX_CHAIN:
         if is_op(node, "Mul") or is_op(node, "Div"):
-            data, factor = scalar_operand(node)
+            data, factor, helpers = scalar_operand(node)
             if data is None:
                 return f"is scaled by a non-constant {describe(node)}"
             scale *= factor
-            scale_nodes.append(node)
+            scales += 1
+            scale_nodes += [node, *helpers]
             value = data
             node = producer(data)
             continue

@@ -47,6 +47,8 @@ from optimizer.match import (
     rank,
 )
 from optimizer.rule import Fail, Match, fail
+from optimizer.shape_probe import pinned_shapes
+from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
 
 @dataclass
@@ -163,18 +165,53 @@ def fill_fails(where: ir.Node) -> Fail | None:
                 "masked gets uniform weights from the graph, softmax of its scores from the fused op", where)
 
 
-def scalar_operand(node: ir.Node) -> tuple[ir.Value | None, float]:
-    """For Mul/Div by a constant scalar: (data input, multiplier)."""
+def scalar_operand(node: ir.Node) -> tuple[ir.Value | None, float, list[ir.Node]]:
+    """For Mul/Div by a constant scalar, or one computed from sizes alone: (data input, multiplier,
+    the nodes computing the multiplier, which go with the block)."""
     for data, const in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
-        factor = const_scalar(const)
+        factor, helpers = const_scalar(const), []
+        if factor is None:
+            factor, helpers = _sizes_scalar(node.graph, const)
         if factor is None:
             continue
         if is_op(node, "Div"):
             if const is not node.inputs[1] or factor == 0.0:
-                return None, 0.0
-            return data, 1.0 / factor
-        return data, factor
-    return None, 0.0
+                return None, 0.0, []
+            return data, 1.0 / factor, helpers
+        return data, factor, helpers
+    return None, 0.0, []
+
+
+def _sizes_scalar(graph: ir.Graph | None, value: ir.Value) -> tuple[float | None, list[ir.Node]]:
+    """A scalar the graph computes from its inputs' sizes alone, the same at both probe sizes
+    (shape_probe): TorchScript's SDPA scale sqrt(head_size) from a Shape of K, where inference left
+    the head size unnamed. Data never reaches it: the probe evaluates constants and Shapes only."""
+    if graph is None or value.producer() is None:
+        return None, []
+    try:
+        first, second = pinned_shapes(graph, value)
+        at_first = evaluate_on_probe(graph, value, {}, first)
+        at_second = evaluate_on_probe(graph, value, {}, second)
+    except PROBE_ERRORS:
+        return None, []
+    if at_first.size != 1 or at_second.size != 1 or not np.issubdtype(at_first.dtype, np.floating):
+        return None, []
+    if float(at_first.reshape(())) != float(at_second.reshape(())):
+        return None, []
+    return float(at_first.reshape(())), _computing(value)
+
+
+def _computing(value: ir.Value) -> list[ir.Node]:
+    """The nodes computing `value` back to its Shapes (inclusive) and constants."""
+    nodes, stack = {}, [value.producer()]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in nodes:
+            continue
+        nodes[id(node)] = node
+        if not is_op(node, "Shape"):
+            stack += [v.producer() for v in node.inputs if v is not None]
+    return list(nodes.values())
 
 
 def _walk_scale(scores: ir.Value):
@@ -182,8 +219,8 @@ def _walk_scale(scores: ir.Value):
     scale, nodes = 1.0, []
     node = producer(scores)
     while is_op(node, "Mul") or is_op(node, "Div"):
-        data, factor = scalar_operand(node)
-        nodes.append(node)
+        data, factor, helpers = scalar_operand(node)
+        nodes += [node, *helpers]
         if data is None:
             return None, nodes, None
         scale *= factor
