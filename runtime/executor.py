@@ -44,7 +44,7 @@ that.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -158,6 +158,27 @@ class GraphExecutor:
         if first_run:
             self.peak_bytes = max(self.peak_bytes, peak)
             measured.add(shapes)
+
+    def run_frame_watching(self, values: list[Any], watched: Mapping[int, str], sink: Callable[[str, Any], None]) -> None:
+        """Execute every step on a filled frame, handing `sink(name, value)` each watched slot's value
+        as its node produces it. The plan's frees go on unchanged, so a caller that looks at every
+        intermediate keeps only what its sink keeps. Not profiled, not measured."""
+        _run_watching(self.plan, values, watched, sink)
+
+
+def _run_watching(plan: Plan, values: list[Any], watched: Mapping[int, str], sink: Callable[[str, Any], None]) -> None:
+    for step, (run, inputs, outputs, frees) in zip(plan.steps, plan.loop, strict=True):
+        args = [values[i] for i in inputs]
+        try:
+            results = run(*args)
+        except Exception as error:
+            raise _node_failure(step, args, error) from error
+        for slot, value in zip(outputs, results, strict=False):  # a kernel may return optional outputs its node does not name
+            values[slot] = value
+            if slot in watched:
+                sink(watched[slot], value)
+        for slot in frees:
+            values[slot] = None
 
 
 def run_measured(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -246,6 +246,41 @@ class InferenceSession:
         if profiler is not None:
             profiler.record("Session", "model_run", run_started, time.perf_counter_ns())
         return outputs
+
+    def run_watching(
+        self, names: Sequence[str], input_feed: Mapping[str, Any], sink: Callable[[str, np.ndarray], None]
+    ) -> None:
+        """Run the feeds and hand `sink(name, array)` every value of the graph named in `names`
+        (intermediates included) as its node produces it, as a host array the caller owns; values
+        that exist before the run (feeds, weights, Constant nodes' outputs) are handed over first.
+
+        What onnxruntime needs a model with extra graph outputs for (Polygraphy's "mark all"),
+        without keeping anything alive past its last reader: a caller comparing every
+        intermediate holds only what its sink keeps. Names the graph does not have are an
+        InvalidOutputNameError; a value no node produced in this run (an optional output left
+        empty) is not handed over.
+        """
+        plan = self._executor.plan
+        wanted = set(names)
+        slots = {name: slot for slot, name in enumerate(plan.slot_names)}
+        unknown = sorted(wanted - slots.keys())
+        if unknown:
+            raise InvalidOutputNameError(f"graph '{self.model.graph.name}' has no value named {unknown[:5]}")
+        watched = {slots[name]: name for name in wanted}
+        values = self._executor.new_frame()
+        self._place_feeds(input_feed, values)
+
+        def to_host(name: str, value: Any) -> None:
+            if value is not None and not isinstance(value, list | tuple):
+                # Copied: a later kernel may reuse the buffer once the plan frees it.
+                sink(name, np.array(self.backend.to_host(value), copy=True))
+
+        # Values there before the run (feeds, weights, Constant nodes' outputs) first.
+        for slot, name in watched.items():
+            if slot not in plan.intermediate_slots:
+                to_host(name, values[slot])
+        with using_libraries(self._libraries):
+            self._executor.run_frame_watching(values, watched, to_host)
 
     def end_profiling(self) -> str:
         """Write the profile and stop profiling; the file's path, or "" when profiling was off."""

@@ -27,7 +27,9 @@ class FeedError(ValueError):
     """A graph input no feed rule covers; the message names the input and its type."""
 
 
-def make_feeds(model: onnx.ModelProto, sequence_length: int = 128, seed: int = SEED) -> dict[str, np.ndarray]:
+def make_feeds(
+    model: onnx.ModelProto, sequence_length: int = 128, seed: int = SEED, batch: int = 1
+) -> dict[str, np.ndarray]:
     """One array per graph input (initializers that are also inputs keep their stored values)."""
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
@@ -36,9 +38,49 @@ def make_feeds(model: onnx.ModelProto, sequence_length: int = 128, seed: int = S
     for value in graph.input:
         if value.name in initializers:
             continue
-        dtype, shape = _dtype_and_shape(value, sequence_length)
+        dtype, shape = _dtype_and_shape(value, sequence_length, batch)
         feeds[value.name] = _feed(value.name, dtype, shape, rng, graph)
     return feeds
+
+
+SYNTHESIZED = "synthesized"  # the feed set every result is timed on
+LEFT_PADDED = "synthesized-left-padded"
+RIGHT_PADDED = "synthesized-right-padded"
+
+
+def synthesized_feed_sets(model: onnx.ModelProto, sequence_length: int = 128) -> dict[str, dict[str, np.ndarray]]:
+    """The feed sets the numeric check runs on without a user's own: the timed feeds and, for a model
+    with an attention mask and a free batch, a batch of 2 padded on the left (row 0's first quarter
+    masked: batched generation pads so, and under a causal mask its first queries then see nothing
+    but padding) and one padded on the right (row 1's last quarter), the inputs that decide whether
+    an attention fusion handles masking as its subgraph does."""
+    sets = {SYNTHESIZED: make_feeds(model, sequence_length)}
+    mask = _attention_mask(model)
+    if mask is None:
+        return sets
+    for name, row, padded in ((LEFT_PADDED, 0, "left"), (RIGHT_PADDED, 1, "right")):
+        feeds = make_feeds(model, sequence_length, batch=2)
+        positions = feeds[mask].shape[-1]
+        pad = max(1, positions // 4)
+        feeds[mask][row, slice(0, pad) if padded == "left" else slice(positions - pad, positions)] = 0
+        sets[name] = feeds
+    return sets
+
+
+def _attention_mask(model: onnx.ModelProto) -> str | None:
+    """The [batch, positions] integer or bool input named like a mask, when its batch is free."""
+    initializers = {t.name for t in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers or "mask" not in value.name.lower():
+            continue
+        tensor = value.type.tensor_type
+        if value.type.WhichOneof("value") != "tensor_type" or len(tensor.shape.dim) != 2:
+            continue
+        dtype = _numpy_dtype(tensor.elem_type)
+        batch = tensor.shape.dim[0]
+        if dtype is not None and (np.issubdtype(dtype, np.integer) or dtype == np.bool_) and not batch.HasField("dim_value"):
+            return value.name
+    return None
 
 
 def describe_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, str]:
@@ -72,7 +114,9 @@ def _is_sequence_dim(axis: int, dim) -> bool:
     return not (dim.HasField("dim_value") and dim.dim_value > 0) and not (axis == 0 or "batch" in dim.dim_param.lower())
 
 
-def _dtype_and_shape(value: onnx.ValueInfoProto, sequence_length: int) -> tuple[np.dtype, tuple[int, ...]]:
+def _dtype_and_shape(
+    value: onnx.ValueInfoProto, sequence_length: int, batch: int = 1
+) -> tuple[np.dtype, tuple[int, ...]]:
     kind = value.type.WhichOneof("value")
     if kind != "tensor_type":
         raise FeedError(
@@ -97,7 +141,7 @@ def _dtype_and_shape(value: onnx.ValueInfoProto, sequence_length: int) -> tuple[
         elif _is_sequence_dim(axis, dim):
             shape.append(sequence_length)
         else:
-            shape.append(1)
+            shape.append(batch)
     return dtype, tuple(shape)
 
 
