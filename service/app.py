@@ -20,7 +20,7 @@ from optimizer.text import shorten
 from service import migrate, web
 from service.api.deps import Services
 from service.api.request_bodies import BodyLimit
-from service.api.routes import alerts, bisect, health, metrics, projects, results, runs, webhooks
+from service.api.routes import alerts, bisect, feed_sets, health, metrics, projects, results, runs, webhooks
 from service.auth import API_ACCESS, LoginRequired, login_url
 from service.core.config import Settings, settings
 from service.core.limits import load_limits, upload_limits
@@ -119,7 +119,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
     # Health and the webhooks check their callers themselves (service/auth.py says who may do what).
     for router in (health.router, webhooks.router):
         app.include_router(router, prefix="/api/v1")
-    for router in (projects.router, results.router, runs.router, alerts.router, bisect.router, metrics.router):
+    for router in (projects.router, feed_sets.router, results.router, runs.router, alerts.router, bisect.router, metrics.router):
         app.include_router(router, prefix="/api/v1", dependencies=API_ACCESS)
     app.include_router(metrics.router, dependencies=API_ACCESS)  # Prometheus scrapes /metrics by default
     app.include_router(web.sign_in_router)

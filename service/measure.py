@@ -3,19 +3,24 @@
 The worker, `fusionwatch run` (client mode) and `fusionwatch analyze` all call `measure`, so a result
 measured anywhere carries the same fields: our optimizer's report (fused counts, per-rule fires,
 near misses, graph hash), every timing sample, the top kernels, and the numeric check of the
-level's outputs against level `disabled` on the same seeded inputs.
+level's outputs against level `disabled`: at every other level the same engine's unfused graph, every
+surviving tensor compared on every feed set (service/engines/numerics.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from optimizer import DEFAULT_LIMITS, LoadLimits, optimize
+from optimizer import DEFAULT_LIMITS, LoadLimits, check_model_file, optimize
 from service.canary import time_canary
-from service.engines import run_engine
+from service.engines import EngineResult, run_engine
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
+from service.engines.feeds import SYNTHESIZED, synthesized_feed_sets
+from service.engines.numerics import check_numerics
 from service.protocol import Protocol
 from service.usecases.results import Measurement
 
@@ -28,8 +33,14 @@ def measure(
     limits: LoadLimits = DEFAULT_LIMITS,
     disabled_rules: list[str] | tuple[str, ...] = (),
     custom_ops: CustomOps = NO_CUSTOM_OPS,
+    feed_sets: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    unusable_feed_sets: Mapping[str, str] | None = None,
 ) -> Measurement:
-    """Raises EngineError (a model the engine cannot load or run) or ModelLoadError."""
+    """Raises EngineError (a model the engine cannot load or run) or ModelLoadError.
+
+    `feed_sets` are a project's own inputs by name (service/feed_sets.py), checked beside the
+    synthesized ones at every level but `disabled`; `unusable_feed_sets` ({name: why}) are recorded as
+    not checked."""
     path = Path(path)
     timed = run_engine(
         engine,
@@ -49,14 +60,20 @@ def measure(
     report = timed.optimizer_report
     if report is None:
         report = optimize(path, level=level, disabled=list(disabled_rules), limits=limits).report
-    if engine == "fusionwatch" and level == "disabled":
-        reference_outputs = timed.outputs  # our engine at level `disabled` is the reference itself
+    if level == "disabled":
+        max_abs, max_rel, ok, numeric_checks, divergence = _check_disabled(timed, path, protocol, limits, custom_ops)
     else:
-        reference_outputs = run_engine(
-            "fusionwatch", path, "disabled", runs=1, warmup=0, threads=protocol.threads,
-            sequence_length=protocol.sequence_length, limits=limits, custom_ops=custom_ops,
-        ).outputs
-    max_abs, max_rel, ok = compare_outputs(timed.outputs, reference_outputs, protocol.rtol, protocol.atol)
+        check = check_numerics(
+            engine, path, level, _feed_sets(path, protocol, limits, feed_sets), protocol.rtol, protocol.atol,
+            disabled=disabled_rules, custom_ops=custom_ops, threads=protocol.threads,
+        )  # fmt: skip
+        max_abs, max_rel, ok = check.max_abs, check.max_rel, check.ok
+        numeric_checks, worst = check.summaries(), check.worst
+        numeric_checks += [
+            {"feed_set": name, "status": "unavailable", "ok": True, "reason": reason[:1000]}
+            for name, reason in (unusable_feed_sets or {}).items()
+        ]
+        divergence = worst.to_dict() if worst is not None else None
     fusions = dict(timed.fusions) if engine == "onnxruntime" else dict(report.fusions)
     return Measurement(
         engine=engine,
@@ -77,11 +94,44 @@ def measure(
         max_abs_error=max_abs,
         max_rel_error=max_rel,
         numeric_ok=ok,
+        numeric_checks=numeric_checks,
+        divergence=divergence,
         peak_bytes=timed.peak_bytes,
         session_ms=timed.session_ms,
         canary_ms=time_canary(),  # right after the model's runs: the same moment of the machine
         kernel_libraries=dict(timed.kernel_libraries),
     )
+
+
+def _feed_sets(
+    path: Path, protocol: Protocol, limits: LoadLimits, own: Mapping[str, Mapping[str, np.ndarray]] | None
+) -> dict[str, Mapping[str, np.ndarray]]:
+    """The synthesized feed sets (timed, left- and right-padded), then the project's own."""
+    sets: dict[str, Mapping[str, np.ndarray]] = dict(synthesized_feed_sets(check_model_file(path, limits), protocol.sequence_length))
+    sets.update(own or {})
+    return sets
+
+
+def _check_disabled(
+    timed: EngineResult, path: Path, protocol: Protocol, limits: LoadLimits, custom_ops: CustomOps
+) -> tuple[float, float, bool, list[dict[str, Any]], None]:
+    """Level `disabled` has no fusion to compare against: its outputs are checked against our engine's
+    at `disabled` (onnxruntime's against ours; ours against itself) on the timed feeds."""
+    if timed.engine == "fusionwatch":
+        reference_outputs = timed.outputs
+    else:
+        reference_outputs = run_engine(
+            "fusionwatch", path, "disabled", runs=1, warmup=0, threads=protocol.threads,
+            sequence_length=protocol.sequence_length, limits=limits, custom_ops=custom_ops,
+        ).outputs  # fmt: skip
+    max_abs, max_rel, ok = compare_outputs(timed.outputs, reference_outputs, protocol.rtol, protocol.atol)
+    summary = {
+        "feed_set": SYNTHESIZED, "inputs": dict(timed.inputs), "status": "compared", "ok": ok,
+        "tensors": len(timed.outputs), "diverging": 0 if ok else 1,
+        "max_abs": max_abs if max_abs < float("inf") else "inf", "max_rel": max_rel if max_rel < float("inf") else "inf",
+        "first": None,
+    }  # fmt: skip
+    return max_abs, max_rel, ok, [summary], None
 
 
 def compare_outputs(

@@ -5,7 +5,8 @@ that lost the most, every drop in `changes`. fusion-change: counts rose (info), 
 drop that a rise explains (an op absorbed into a larger fusion, see `absorbed_into`).
 timing-regression: against a window of measured ancestors, suspected then confirmed
 (`timing_alerts.py`, deciding with `timing.decide`). numeric-mismatch: the level's outputs left the tolerance
-of level `disabled` (no baseline needed).
+of level `disabled`, or a tensor holds NaN/inf the unfused graph does not (no baseline needed); the
+message names the first diverging tensor and the fusion that made it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from optimizer import rules_for_level
 from service.alerts import timing_alerts
+from service.engines.compare import describe_row
 from service.models import Alert, Commit, Model, Result
 from service.protocol import Protocol
 
@@ -67,18 +69,7 @@ def detect(
         result_id=result.id,
     )
     if result.numeric_ok is False:
-        alerts.append(
-            Alert(
-                kind="numeric-mismatch",
-                after=result.max_abs_error,
-                message=(
-                    f"{where}: outputs differ from level disabled at commit {commit.sha[:12]} "
-                    f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g}; "
-                    f"tolerance rtol {protocol.rtol:g}, atol {protocol.atol:g})"
-                ),
-                **common,
-            )
-        )
+        alerts.append(_numeric_alert(result, commit, protocol, where, common))
     if baseline is None or baseline_commit is None:
         return alerts
     against = f"at commit {commit.sha[:12]} against baseline {baseline_commit.sha[:12]}"
@@ -117,6 +108,24 @@ def detect(
         parts = [f"{c['rule'] or c['op']}: {c['op']} {c['before']} → {c['after']}" for c in rises]
         alerts.append(_fusion_alert("fusion-change", rises, f"{'; '.join(parts)} for {where} {against}", [], common))
     return alerts + _timing(session, result, common, where, protocol)
+
+
+def _numeric_alert(result: Result, commit: Commit, protocol: Protocol, where: str, common: dict) -> Alert:
+    """Names the first tensor that diverged from the unfused graph, and the fusion whose output it is,
+    when the mark-all check found one (service/engines/numerics.py)."""
+    first = (result.divergence or {}).get("first")
+    message = (
+        f"{where}: outputs differ from level disabled at commit {commit.sha[:12]} "
+        f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g}; "
+        f"tolerance rtol {protocol.rtol:g}, atol {protocol.atol:g})"
+    )
+    if first:
+        message += "; " + describe_row(first, result.divergence.get("feed_set"))
+    return Alert(
+        kind="numeric-mismatch", after=result.max_abs_error, message=message,
+        rule=first.get("rule") if first else None, op=(first.get("fused_op") or first.get("op")) if first else None,
+        **common,
+    )  # fmt: skip
 
 
 def _timing(session: Session, result: Result, common: dict, where: str, protocol: Protocol) -> list[Alert]:

@@ -19,7 +19,7 @@ number: that last one is a mismatch whatever the tolerance.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -230,8 +230,6 @@ def tensor_error(surviving: Surviving, want: Any, got: Any, rtol: float, atol: f
         diff = np.abs(got64[both_finite] - want64[both_finite])
         row.max_abs = float(diff.max())
         row.max_rel = float((diff / np.maximum(np.abs(want64[both_finite]), 1e-12)).max())
-    if row.nonfinite:
-        row.max_abs = row.max_rel = float("inf")
     close = np.isclose(got64, want64, rtol=rtol, atol=atol, equal_nan=True)
     row.diverges = bool(row.nonfinite) or not bool(close.all())
     if not close.all() and not row.nonfinite and row.max_abs == 0.0:
@@ -279,3 +277,25 @@ def _json_number(value: Any) -> Any:
     if isinstance(value, float) and not np.isfinite(value):
         return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
     return value
+
+
+def describe_row(first: Mapping[str, Any], feed_set: str | None = None) -> str:
+    """The sentence for one stored row (TensorError.to_dict), as alerts and pages print it."""
+    made_by = first.get("rule")
+    op = first.get("fused_op") or first.get("op")
+    if made_by:
+        origin = f"output of {op} made by {made_by}"
+    else:
+        origin = f"output of {first.get('op')} node '{first.get('node')}', no fusion's"
+    text = f"first divergence at `{first['tensor']}` ({origin}): max abs {_as_text(first.get('max_abs'))}"
+    if first.get("nonfinite"):
+        text += f"; {first['nonfinite']} appears there"
+    elif first.get("problem"):
+        text += f"; {first['problem']}"
+    if feed_set:
+        text += f" (feed set {feed_set})"
+    return text
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else f"{value:.1e}"

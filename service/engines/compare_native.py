@@ -20,7 +20,15 @@ from optimizer import load_model
 from optimizer.match import op_key
 from optimizer.rule import FUSED_META_KEY, RULE_META_KEY
 from service.engines.base import failing_as
-from service.engines.compare import BUDGET_BYTES, Comparison, Fetch, attribute, compare_tensors, sizes_of, surviving_tensors
+from service.engines.compare import (
+    BUDGET_BYTES,
+    Comparison,
+    Fetch,
+    attribute,
+    compare_tensors,
+    sizes_of,
+    surviving_tensors,
+)
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 
 ENGINE = "fusionwatch"

@@ -25,9 +25,22 @@ import onnxruntime as ort
 from optimizer.levels import LEVELS
 from optimizer.match import op_key
 from service.engines.base import EngineError, failing_as
-from service.engines.compare import BUDGET_BYTES, Comparison, Fetch, attribute, compare_tensors, surviving_tensors
+from service.engines.compare import (
+    BUDGET_BYTES,
+    Comparison,
+    Fetch,
+    attribute,
+    compare_tensors,
+    surviving_tensors,
+)
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
-from service.engines.onnxruntime import HELPER_NAME_PREFIXES, OPTIMIZED_MODEL, OnnxruntimeEngine, _options, graph_optimization_level
+from service.engines.onnxruntime import (
+    HELPER_NAME_PREFIXES,
+    OPTIMIZED_MODEL,
+    OnnxruntimeEngine,
+    _options,
+    graph_optimization_level,
+)
 
 ENGINE = OnnxruntimeEngine.name
 

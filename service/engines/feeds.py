@@ -167,12 +167,12 @@ def _feed(
     if "position" in lowered:
         # Random positions would be valid indices, but no model is ever fed them.
         return np.broadcast_to(np.arange(shape[-1] if shape else 1, dtype=dtype), shape).copy()
-    vocabulary = _vocabulary_size(name, graph) or DEFAULT_VOCABULARY
+    vocabulary = vocabulary_size(name, graph) or DEFAULT_VOCABULARY
     high = min(vocabulary, int(np.iinfo(dtype).max) + 1)
     return rng.integers(0, high, shape).astype(dtype)
 
 
-def _vocabulary_size(name: str, graph: onnx.GraphProto) -> int | None:
+def vocabulary_size(name: str, graph: onnx.GraphProto) -> int | None:
     """Rows of the smallest embedding table (an initializer Gathered on axis 0) that `name` indexes."""
     tables = {t.name: list(t.dims) for t in graph.initializer}
     consumers: dict[str, list[onnx.NodeProto]] = {}

@@ -7,6 +7,7 @@ from service.models.api_token import ApiToken
 from service.models.base import Base
 from service.models.change_point_window import ChangePointWindow
 from service.models.commit import Commit
+from service.models.feed_set import FeedSet
 from service.models.history_point import HistoryPoint
 from service.models.hook import Hook
 from service.models.job import Job
@@ -26,6 +27,7 @@ __all__ = [
     "Base",
     "ChangePointWindow",
     "Commit",
+    "FeedSet",
     "HistoryPoint",
     "Hook",
     "Job",

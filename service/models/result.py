@@ -67,6 +67,10 @@ class Result(Base):
     max_abs_error: Mapped[float | None] = mapped_column(Float)  # against level `disabled`
     max_rel_error: Mapped[float | None] = mapped_column(Float)
     numeric_ok: Mapped[bool | None] = mapped_column()
+    # Per feed set the check used: its inputs, status, errors, first diverging tensor
+    # (service/engines/numerics.py); and the worst comparison in full, rows included.
+    numeric_checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=list)
+    divergence: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
     session_ms: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)

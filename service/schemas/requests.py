@@ -25,6 +25,7 @@ from service.schemas.fields import (
     Text,
     line,
 )
+from service.schemas.numerics import MAX_FEED_SETS, DivergenceIn, NumericCheckIn
 from service.usecases.results import MAX_NEAR_MISSES, MAX_SAMPLES
 
 
@@ -109,6 +110,9 @@ class ResultIn(BaseModel):
     canary_ms: Milliseconds | None = None  # service/canary.py, timed by the same job
     # Our engine's kernel library per family (runtime/kernel_choice.py), e.g. {"gemm": "onednn"}.
     kernel_libraries: dict[LibraryName, LibraryName] = Field(default_factory=dict, max_length=8)
+    # The mark-all numeric check (service/schemas/numerics.py): per feed set, and the worst one's rows.
+    numeric_checks: list[NumericCheckIn] = Field(default_factory=list, max_length=MAX_FEED_SETS)
+    divergence: DivergenceIn | None = None
 
 
 class MachineIn(BaseModel):

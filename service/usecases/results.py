@@ -50,6 +50,10 @@ class Measurement:
     session_ms: float | None = None
     canary_ms: float | None = None  # the job's fixed matrix product, timed next to the model (service/canary.py)
     kernel_libraries: dict[str, str] = field(default_factory=dict)  # our engine's, per kernel family
+    # The mark-all numeric check (service/engines/numerics.py): what each feed set fed and found, and
+    # the worst comparison with its first diverging tensor and per-node rows.
+    numeric_checks: list[dict[str, Any]] = field(default_factory=list)
+    divergence: dict[str, Any] | None = None
 
 
 def fingerprint(project_id: int, model_id: int, m: Measurement, machine_class: str) -> str:
@@ -136,6 +140,8 @@ def record_result(
         max_abs_error=m.max_abs_error,
         max_rel_error=m.max_rel_error,
         numeric_ok=m.numeric_ok,
+        numeric_checks=list(m.numeric_checks),
+        divergence=m.divergence,
         peak_bytes=m.peak_bytes,
         session_ms=m.session_ms,
         canary_ms=m.canary_ms,

@@ -15,10 +15,12 @@ from service.alerts.delivery import deliver
 from service.alerts.remeasure import remeasure_job
 from service.engines import EngineError
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
+from service.feed_sets import FeedSetStore
 from service.measure import measure
 from service.models import Job, Model, ModelFile, Project, Result, Run
 from service.protocol import protocol_for
 from service.storage import ModelStore
+from service.usecases.feed_sets import load_for_job, model_feed_sets
 from service.usecases.history_windows import arrived, compute_windows
 from service.usecases.results import get_or_create_machine, record_result
 
@@ -50,10 +52,14 @@ def execute_job(
         protocol = protocol_for(project.settings)
         stored = (file.sha256, file.filename, list(file.data_files))
         engine, level = job.engine, job.level
+        own_feed_sets = model_feed_sets(session, job.model_id)
     started = time.perf_counter()
     try:
         path = store.get(*stored).path
-        measurement = measure(path, engine, level, protocol, limits, custom_ops=custom_ops)
+        feed_sets, unusable = load_for_job(FeedSetStore.beside(store), own_feed_sets, path, limits)
+        measurement = measure(
+            path, engine, level, protocol, limits, custom_ops=custom_ops, feed_sets=feed_sets, unusable_feed_sets=unusable
+        )
     except (EngineError, ModelLoadError, FileNotFoundError) as error:
         _fail(session_factory, job_id, store.shown(str(error)))
         return

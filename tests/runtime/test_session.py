@@ -274,3 +274,24 @@ def test_real_fixture_with_registered_kernels_matches_onnxruntime(fixture, tmp_p
     trace = json.loads(Path(ours.end_profiling()).read_text())
     allocated = sum(int(e["args"]["output_size"]) for e in trace if e["cat"] == "Node")
     assert 0 < stats.peak_bytes < allocated / 4, (stats.peak_bytes, allocated)
+
+
+def test_run_watching_hands_over_intermediates_as_onnxruntime_gives_them_as_outputs(tmp_path):
+    """Every node output of the fixture, watched in one run, equals onnxruntime's with the same
+    tensors marked as graph outputs; watching keeps nothing alive but what the sink keeps."""
+    path = Path(__file__).resolve().parents[1] / "models" / "bert_torchscript_opset14.onnx"
+    model = onnx.load(str(path))
+    session = InferenceSession(path, SessionOptions(graph_optimization_level="disabled"))
+    feeds = {"input_ids": np.arange(16, dtype=np.int64).reshape(2, 8), "attention_mask": np.ones((2, 8), np.int64),
+             "token_type_ids": np.zeros((2, 8), np.int64)}
+    names = [value.name for node in session.model.graph for value in node.outputs]
+    watched: dict[str, np.ndarray] = {}
+    session.run_watching(names, feeds, watched.__setitem__)
+    assert set(watched) == set(names)
+    marked = [n for n in names if n not in {o.name for o in model.graph.output}][:40]
+    model.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in marked)
+    expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(marked, feeds)
+    for name, want in zip(marked, expected, strict=True):
+        np.testing.assert_allclose(watched[name], want, rtol=1e-3, atol=1e-4, err_msg=name)
+    with pytest.raises(InvalidOutputNameError, match="no value named"):
+        session.run_watching(["no/such/tensor"], feeds, watched.__setitem__)

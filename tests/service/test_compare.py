@@ -15,7 +15,12 @@ from service.engines.compare_native import compare_native, unfused_sizes
 from service.engines.compare_onnxruntime import compare_onnxruntime, compare_onnxruntime_files, write_graphs
 from service.engines.feeds import LEFT_PADDED, RIGHT_PADDED, SYNTHESIZED, synthesized_feed_sets
 from tests.oracle import ATOL, MODELS, RTOL
-from tests.service.wrong_fusions import WRONG_EPSILON, AttentionWithoutGuard, SkipLayerNormWrongEpsilon, swap_rule
+from tests.service.wrong_fusions import (
+    WRONG_EPSILON,
+    AttentionWithoutGuard,
+    SkipLayerNormWrongEpsilon,
+    swap_rule,
+)
 
 BERT = MODELS / "bert_torchscript_opset14.onnx"
 LLAMA = MODELS / "llama_torchscript_opset14.onnx"

@@ -17,7 +17,7 @@ from service.models import Base
 
 TABLES = {
     "project", "model_file", "model", "commit", "run", "job", "machine", "result", "result_fusion",
-    "alert", "alert_delivery", "hook", "webhook_delivery", "api_token", "change_point_window", "history_point",
+    "alert", "alert_delivery", "hook", "webhook_delivery", "api_token", "change_point_window", "history_point", "feed_set",
 }
 
 

@@ -1,0 +1,63 @@
+"""numeric-mismatch alerts name the node: a left-padded decoder batch through an attention fusion that
+drops the fully-masked-row guard gives NaN there, and the alert says where and which fusion; with the
+real rule there is no alert. Each result records which feed set each check used."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sqlalchemy import select
+
+from service.engines.feeds import LEFT_PADDED, RIGHT_PADDED, SYNTHESIZED
+from service.models import Result
+from tests.service.jobs import drain
+from tests.service.wrong_fusions import AttentionWithoutGuard, swap_rule
+
+DECODER = Path("tests/models/llama_torchscript_opset14.onnx")
+SETTINGS = {"runs": 1, "warmup": 0, "levels": ["extended"], "engines": ["fusionwatch"], "sequence_length": 16}
+ATTENTION_OUTPUT = "/model/layers.0/self_attn/Reshape_8_output_0"
+
+
+def _submit(client, sha: str) -> None:
+    assert client.post("/api/v1/projects", json={"name": "p", "settings": SETTINGS}).status_code in (201, 409)
+    payload = {"project": "p", "sha": sha, "branch": "main", "parents": []}
+    files = [("files", (DECODER.name, DECODER.read_bytes(), "application/octet-stream"))]
+    response = client.post("/api/v1/webhooks/ci", data={"payload": json.dumps(payload)}, files=files)
+    assert response.status_code == 202, response.text
+    assert drain(client) == 1
+
+
+def _mismatches(client) -> list[dict]:
+    return client.get("/api/v1/alerts", params={"project": "p", "kind": "numeric-mismatch"}).json()["items"]
+
+
+def test_left_padded_nan_from_a_fusion_names_the_attention_node(client, monkeypatch):
+    swap_rule(monkeypatch, AttentionWithoutGuard())
+    _submit(client, "a0")
+    [alert] = _mismatches(client)
+    assert (
+        f"first divergence at `{ATTENTION_OUTPUT}` (output of com.microsoft.GroupQueryAttention made by "
+        "GroupQueryAttentionFusion)"
+    ) in alert["message"]
+    assert "NaN appears there" in alert["message"] and f"(feed set {LEFT_PADDED})" in alert["message"]
+    with client.app.state.services.session_factory() as session:
+        result = session.scalar(select(Result))
+        checks = {check["feed_set"]: check for check in result.numeric_checks}
+        assert list(checks) == [SYNTHESIZED, LEFT_PADDED, RIGHT_PADDED]
+        assert checks[LEFT_PADDED]["inputs"]["attention_mask"] == "int64[2, 16]"
+        assert checks[SYNTHESIZED]["inputs"]["attention_mask"] == "int64[1, 16]"
+        assert (checks[SYNTHESIZED]["ok"], checks[LEFT_PADDED]["ok"], checks[RIGHT_PADDED]["ok"]) == (True, False, True)
+        assert checks[LEFT_PADDED]["first"] == ATTENTION_OUTPUT
+        assert result.divergence["feed_set"] == LEFT_PADDED and result.divergence["first"]["nonfinite"] == "NaN"
+        assert not result.numeric_ok
+
+
+def test_the_real_attention_rule_raises_no_numeric_mismatch(client):
+    _submit(client, "b0")
+    assert _mismatches(client) == []
+    with client.app.state.services.session_factory() as session:
+        result = session.scalar(select(Result))
+        assert result.numeric_ok
+        assert [c["ok"] for c in result.numeric_checks] == [True, True, True]
+        assert result.divergence["diverging"] == 0 and result.divergence["rows"]  # the fusions' boundaries
