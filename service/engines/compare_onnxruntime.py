@@ -29,6 +29,8 @@ from service.engines.compare import (
     BUDGET_BYTES,
     Comparison,
     Fetch,
+    Producer,
+    Surviving,
     attribute,
     compare_tensors,
     surviving_tensors,
@@ -114,11 +116,52 @@ def compare_onnxruntime(
 ) -> list[Comparison]:
     """One Comparison per feed set, onnxruntime's fusions at `level` against its unfused graph."""
     with tempfile.TemporaryDirectory(prefix="fusionwatch-compare-") as name:
-        unfused_path, optimized_path = write_graphs(Path(model_path), level, Path(name), disabled, custom_ops)
+        try:
+            unfused_path, optimized_path = write_graphs(Path(model_path), level, Path(name), disabled, custom_ops)
+        except EngineError as error:
+            return _outputs_only(Path(model_path), level, feed_sets, rtol, atol, disabled, custom_ops, error.problem)
         return compare_onnxruntime_files(
             unfused_path, optimized_path, level, feed_sets, rtol, atol, sizes=sizes, custom_ops=custom_ops,
             budget_bytes=budget_bytes,
         )  # fmt: skip
+
+
+def _outputs_only(
+    model_path: Path,
+    level: str,
+    feed_sets: Mapping[str, Mapping[str, np.ndarray]],
+    rtol: float,
+    atol: float,
+    disabled: Sequence[str],
+    custom_ops: CustomOps,
+    reason: str,
+) -> list[Comparison]:
+    """When onnxruntime cannot write its optimized graph (its NCHWc layout graphs), no tensor inside
+    can be marked: the graph outputs are compared, at the level against ORT_DISABLE_ALL, and the
+    comparison says why it went no deeper."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    outputs = [value.name for value in model.graph.output]
+    surviving = [
+        Surviving(name, Producer("", "graph output"), Producer("", "graph output"), graph_output=True) for name in outputs
+    ]
+    sessions = {}
+    for at in ("disabled", level):
+        options = _options(graph_optimization_level(at)[1], custom_ops)
+        with failing_as(ENGINE, level, model_path, f"could not create the session at {at} to compare"):
+            sessions[at] = ort.InferenceSession(
+                str(model_path), options, providers=["CPUExecutionProvider"],
+                disabled_optimizers=list(disabled) if at == level else [],
+            )  # fmt: skip
+    comparisons = []
+    for feed_set, feeds in feed_sets.items():
+        def fetch(at: str, feeds=feeds) -> Fetch:
+            return lambda names: dict(zip(names, sessions[at].run(list(names), dict(feeds)), strict=True))
+
+        with failing_as(ENGINE, level, model_path, f"failed while comparing on feed set '{feed_set}'"):
+            comparison = compare_tensors(feed_set, surviving, fetch("disabled"), fetch(level), None, rtol, atol)
+        comparison.status, comparison.reason = "unavailable", reason
+        comparisons.append(comparison)
+    return comparisons
 
 
 def _rules_by_op(level: str) -> dict[str, str]:
