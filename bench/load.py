@@ -236,7 +236,7 @@ async def _run(port: int, token: str, args, server_pid: int) -> dict:
     setup = connect()
     settings = {"levels": ["basic"], "engines": ["fusionwatch"], "runs": 1, "warmup": 0}
     for reply in (
-        await setup.request("POST", "/projects", json.dumps({"name": "load", "settings": settings}).encode()),
+        await setup.request("POST", "/projects", json.dumps({"name": "load", "kind": "engine", "settings": settings}).encode()),
         await setup.request("POST", "/projects/load/models", *_multipart("m.onnx", _model(0))),
     ):
         if reply.status_code >= 400:

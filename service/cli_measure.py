@@ -22,11 +22,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from optimizer import LEVEL_NAMES, ModelLoadError
+from service.ci.report import ci_step
 from service.cli_client import (
     FAILING_KINDS,
     CommitRef,
     Server,
     ServerError,
+    commit_ref,
     err,
     fail,
     median,
@@ -63,13 +65,16 @@ def run_command(
     as_json: JsonOption = False,
     server: Annotated[str | None, typer.Option("--server", help="post the results to this service (with a write token in FUSIONWATCH_TOKEN)")] = None,
     project: Annotated[str | None, typer.Option("--project", help="project name (with --server)")] = None,
-    commit: Annotated[str | None, typer.Option("--commit", help="commit sha the results are for (with --server)")] = None,
-    branch: Annotated[str, typer.Option("--branch", help="branch of the commit")] = "main",
+    commit: Annotated[str | None, typer.Option("--commit", help="commit sha the results are for (with --server; in GitHub Actions and GitLab CI: the job's)")] = None,
+    branch: Annotated[str | None, typer.Option("--branch", help="branch of the commit (default: the CI's, else main)")] = None,
     parent: Annotated[list[str], typer.Option("--parent", help="parent commit sha (repeatable)")] = [],  # noqa: B006
-    message: Annotated[str, typer.Option("--message", help="commit message")] = "",
+    message: Annotated[str | None, typer.Option("--message", help="commit message")] = None,
     fail_on_regression: Annotated[
         bool, typer.Option("--fail-on-regression", help="with --server: exit 1 on a fusion or timing regression")
     ] = False,
+    github_token: Annotated[str | None, typer.Option("--github-token", help="token for GitHub's API (default: GITHUB_TOKEN)")] = None,
+    gitlab_token: Annotated[str | None, typer.Option("--gitlab-token", help="api-scope token for GitLab's API (default: FUSIONWATCH_GITLAB_TOKEN)")] = None,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="with --server in GitHub Actions or GitLab CI: report the verdict to the forge")] = True,
 ) -> None:
     """Run each MODEL through each engine at each level: fused ops and SequentialExecutor timings.
 
@@ -80,10 +85,11 @@ def run_command(
             fail("--project, --commit and --fail-on-regression need --server")
         _print_local_runs(models, engines, levels, disable, runs, warmup, threads, sequence_length, as_json)
         return
-    if not project or not commit:
-        fail("--server needs --project and --commit")
+    if not project:
+        fail("--server needs --project")
+    step = ci_step(project, err, github_token, gitlab_token) if report else None
+    ref = commit_ref(step, commit, branch, parent, message)
     measured = measure_all(models, engines, levels, disable, runs, warmup, threads, sequence_length)
-    ref = CommitRef(commit, branch, parent, message)
     document = results_document(project, ref, measured)
     try:
         client = Server.at(server)
@@ -104,8 +110,12 @@ def run_command(
                 settled = {a["id"]: a for a in settled_reply["alerts"]}
                 reply["alerts"] = [settled.get(a["id"], a) for a in reply["alerts"]]
                 suspected = _suspected(settled_reply)
+            if step is not None:
+                step.report(str(client.http.base_url), client.run(reply["run_url"]), client.diff(project, ref.sha))
         finally:
             client.close()
+            if step is not None:
+                step.close()
     except ServerError as error:
         fail(str(error))
     if as_json:
@@ -113,7 +123,7 @@ def run_command(
     else:
         console = stdout_console()
         print_measurements(console, [(path.name, m) for path, m in measured])
-        console.print(f"posted commit {commit[:12]} as run {reply['run_id']}: {server.rstrip('/')}{reply['run_url']}",
+        console.print(f"posted commit {ref.sha[:12]} as run {reply['run_id']}: {server.rstrip('/')}{reply['run_url']}",
                       highlight=False, markup=False)
         print_alerts(console, reply["alerts"])
     # A suspected timing alert is not a finding yet (service/alerts/timing_alerts.py); its confirmation is.

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     # Reading (the API's GETs, the dashboard) needs an API token unless this is true; writing always
     # does (service/auth.py). `fusionwatch token create NAME` makes one.
     public_read: bool = False
+    # A project's repository may be a file:// URL only where this is true (tests, a server beside its
+    # repositories): on a shared server it would read any repository on the server's disk.
+    allow_file_repositories: bool = False
+    # Seconds a push's `git fetch` of the pushed commit may take.
+    git_fetch_timeout_s: float = 300.0
     # Seconds between the embedded worker's looks at the queue when it is idle.
     poll_interval_s: float = 0.5
 

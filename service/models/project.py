@@ -24,4 +24,10 @@ class Project(Base):
     # GitHub's HMAC secret for push deliveries; never returned by the API.
     webhook_secret: Mapped[str | None] = mapped_column(String(200))
     settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # "models": a push measures the commit's own model files, sent with it or fetched from `repository`
+    # (service/model_repository.py); "engine": the models stay and the engine changes, so a push
+    # measures the registered models with the engine of the worker it lands on.
+    kind: Mapped[str] = mapped_column(String(20), default="models", server_default="models")
+    # {"url", "models": [paths or globs], "credentials_env"}; None: pushes must bring their files.
+    repository: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)

@@ -7,7 +7,7 @@ naming the field before anything is stored.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -34,6 +34,8 @@ class ProjectCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     webhook_secret: str | None = Field(None, max_length=200)
     settings: dict[str, Any] | None = None
+    kind: Literal["models", "engine"] = "models"
+    repository: dict[str, Any] | None = None
 
 
 class HookCreate(BaseModel):

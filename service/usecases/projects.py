@@ -11,15 +11,18 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, Invalid, NotFound
+from service.model_repository import checked_repository
 from service.models import Hook, Project
 from service.models.vocabulary import HOOK_FORMATS
 from service.protocol import protocol_for
 
+PROJECT_KINDS = ("models", "engine")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 def create_project(
-    session: Session, name: str, webhook_secret: str | None = None, settings: dict[str, Any] | None = None
+    session: Session, name: str, webhook_secret: str | None = None, settings: dict[str, Any] | None = None,
+    kind: str = "models", repository: dict[str, Any] | None = None, allow_file_repositories: bool = False,
 ) -> Project:
     name = name.strip()
     if not _NAME.fullmatch(name):
@@ -30,9 +33,15 @@ def create_project(
         protocol = protocol_for(settings)
     except ValidationError as error:
         raise Invalid(f"project settings: {_first_error(error)}") from error
+    if kind not in PROJECT_KINDS:
+        raise Invalid(f"kind must be one of {list(PROJECT_KINDS)}, got {str(kind)[:40]!r}")
+    if kind == "engine" and repository is not None:
+        raise Invalid("an engine project measures its registered models on each push; it takes no repository")
+    checked = checked_repository(repository, allow_file_repositories).to_json() if repository is not None else None
     if session.scalar(select(Project.id).where(Project.name == name)) is not None:
         raise Conflict(f"project {name!r} already exists")
-    project = Project(name=name, webhook_secret=webhook_secret or None, settings=protocol.model_dump(mode="json"))
+    project = Project(name=name, webhook_secret=webhook_secret or None, settings=protocol.model_dump(mode="json"),
+                      kind=kind, repository=checked)
     session.add(project)
     try:
         session.flush()

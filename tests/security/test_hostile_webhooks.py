@@ -20,7 +20,7 @@ DEEP = b"[" * 200_000 + b"]" * 200_000
 
 @pytest.fixture
 def project(client):
-    client.post("/api/v1/projects", json={"name": "engine", "webhook_secret": SECRET,
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine", "webhook_secret": SECRET,
                                           "settings": {"levels": ["basic"], "engines": ["fusionwatch"]}}).raise_for_status()
     model = hostile_models.many_nodes(3).SerializeToString()
     client.post("/api/v1/projects/engine/models", files={"file": ("relu.onnx", model)}).raise_for_status()

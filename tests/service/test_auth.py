@@ -160,9 +160,10 @@ def test_public_read_opens_reading_only(migrated_database_url, service_settings)
 
 def test_webhooks_take_the_projects_signature_or_else_a_write_token(anonymous, migrated_database_url):
     admin = _bearer(make_token(migrated_database_url, "admin"))
-    anonymous.post("/api/v1/projects", json={"name": "signed", "webhook_secret": SECRET}, headers=admin).raise_for_status()
-    anonymous.post("/api/v1/projects", json={"name": "plain"}, headers=admin).raise_for_status()
-    for project in ("signed", "plain"):  # a CI hook measures the project's models at the commit
+    anonymous.post("/api/v1/projects", json={"name": "signed", "webhook_secret": SECRET, "kind": "engine"},
+                   headers=admin).raise_for_status()
+    anonymous.post("/api/v1/projects", json={"name": "plain", "kind": "engine"}, headers=admin).raise_for_status()
+    for project in ("signed", "plain"):  # an engine project's CI hook measures its registered models again
         with BERT.open("rb") as handle:
             anonymous.post(f"/api/v1/projects/{project}/models", files={"file": ("bert.onnx", handle)},
                            headers=admin).raise_for_status()

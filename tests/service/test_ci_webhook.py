@@ -13,7 +13,7 @@ BERT = Path("tests/models/bert_torchscript_opset14.onnx")
 
 
 def _project_with_a_model(client, name: str) -> None:
-    client.post("/api/v1/projects", json={"name": name, "settings": {"levels": ["extended"]}}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": name, "kind": "engine", "settings": {"levels": ["extended"]}}).raise_for_status()
     with BERT.open("rb") as handle:
         client.post(f"/api/v1/projects/{name}/models", files={"file": ("bert.onnx", handle)}).raise_for_status()
 

@@ -47,7 +47,7 @@ def _counts(session):
 
 def test_signed_push_starts_one_run_and_a_replay_none(client, session):
     settings = {"levels": ["basic"], "engines": ["fusionwatch", "onnxruntime"]}
-    client.post("/api/v1/projects", json={"name": "engine", "webhook_secret": SECRET, "settings": settings}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine", "webhook_secret": SECRET, "settings": settings}).raise_for_status()
     model = hostile_models.many_nodes(3).SerializeToString()
     client.post("/api/v1/projects/engine/models", files={"file": ("relu.onnx", model)}).raise_for_status()
     assert _counts(session) == (0, 0, 0, 0)
@@ -66,7 +66,7 @@ def test_signed_push_starts_one_run_and_a_replay_none(client, session):
 
 
 def test_bad_or_missing_signature_is_401_and_writes_nothing(client, session):
-    client.post("/api/v1/projects", json={"name": "engine", "webhook_secret": SECRET}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine", "webhook_secret": SECRET}).raise_for_status()
     body = _push("a" * 40, "0" * 40, ["a" * 40])
     for signature in (_signed(body, "wrong"), None, "sha256=" + "0" * 64, _signed(body + b" ")):
         reply = _deliver(client, body, "delivery-2", signature)
@@ -76,7 +76,7 @@ def test_bad_or_missing_signature_is_401_and_writes_nothing(client, session):
 
 
 def test_malformed_pushes_are_4xx_naming_the_problem(client):
-    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine"}).raise_for_status()
     reply = _deliver(client, b"{not json", "d3", None)
     assert reply.status_code == 422 and "not JSON" in reply.json()["detail"]
     reply = _deliver(client, json.dumps({"repository": {"full_name": "nobody/x", "name": "x"}}).encode(), "d4", None)
@@ -87,7 +87,7 @@ def test_malformed_pushes_are_4xx_naming_the_problem(client):
 
 
 def test_a_commit_ci_reported_first_keeps_its_place_and_gains_what_github_says(client, session):
-    client.post("/api/v1/projects", json={"name": "engine", "webhook_secret": SECRET}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine", "webhook_secret": SECRET}).raise_for_status()
     model = hostile_models.many_nodes(3).SerializeToString()
     client.post("/api/v1/projects/engine/models", files={"file": ("relu.onnx", model)}).raise_for_status()
     for sha in ("d" * 40, "c" * 40):  # the commit, then another after it

@@ -32,7 +32,7 @@ def _result(client, sha: str, parents: list[str], ms: float, model: str = "bert.
 
 @pytest.fixture
 def engine_project(client):
-    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine"}).raise_for_status()
     with open("tests/models/resnet_tiny_opset17.onnx", "rb") as model:  # CI hooks run the project's models
         client.post("/api/v1/projects/engine/models", files={"file": ("resnet.onnx", model)}).raise_for_status()
     for i in range(8):
@@ -205,7 +205,7 @@ def test_a_commit_described_while_a_result_is_being_stored_at_it_shows_in_that_p
 def test_a_series_cut_to_its_last_points_counts_the_timed_points_before_them(client, session):
     """Change-point windows are placed on the series' timed points from its first, when results arrive
     (usecases/history_windows.py) as when it is read cut: the read counts those it does not show."""
-    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine"}).raise_for_status()
     for i in range(10):
         _result(client, f"c{i}", [f"c{i - 1}"] if i else [], 1.0, samples=0 if i in (1, 3, 8) else 5)
     session.rollback()

@@ -175,7 +175,7 @@ def test_untimed_results_are_left_out_as_a_read_leaves_them_out(engine, session,
 
 def test_the_worker_computes_the_windows_of_the_series_its_result_joins(client, session):
     settings = {"levels": ["basic"], "engines": ["fusionwatch"], "runs": 2, "warmup": 0}
-    client.post("/api/v1/projects", json={"name": "engine", "settings": settings}).raise_for_status()
+    client.post("/api/v1/projects", json={"name": "engine", "kind": "engine", "settings": settings}).raise_for_status()
     with open("tests/models/resnet_tiny_opset17.onnx", "rb") as model:
         client.post("/api/v1/projects/engine/models", files={"file": ("bert.onnx", model)}).raise_for_status()
     values = _series(150, {})

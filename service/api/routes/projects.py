@@ -32,15 +32,18 @@ def project_dict(project) -> dict[str, Any]:
         "name": project.name,
         "has_webhook_secret": project.webhook_secret is not None,
         "settings": project.settings,
+        "kind": project.kind,
+        "repository": project.repository,
         "created_at": project.created_at.isoformat(),
     }
 
 
 @router.post("/projects", status_code=201)
-def create_project(request: Request, session: SessionDep, body: ProjectCreate) -> dict[str, Any]:
+def create_project(request: Request, session: SessionDep, services: ServicesDep, body: ProjectCreate) -> dict[str, Any]:
     may_create_projects(request)
     with session.begin():
-        project = projects.create_project(session, body.name, body.webhook_secret, body.settings)
+        project = projects.create_project(session, body.name, body.webhook_secret, body.settings, body.kind,
+                                          body.repository, services.settings.allow_file_repositories)
     return project_dict(project)
 
 

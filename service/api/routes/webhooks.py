@@ -30,6 +30,7 @@ from service.models import Job, Model, WebhookDelivery
 from service.schemas.github import Delivery, GitHubPush, PushCommit
 from service.schemas.requests import CiWebhook
 from service.usecases.commits import record_commit
+from service.usecases.push_models import models_at_push
 from service.usecases.submissions import CommitInfo, submit_commit
 
 router = APIRouter(tags=["webhooks"])
@@ -58,6 +59,13 @@ async def receive_github(
     name = project or (delivery.repository.name if delivery.repository else None)
     if not name:
         raise Invalid("no project: add ?project=NAME to the hook's URL, or send a payload with repository.name")
+    push = _validated(GitHubPush, payload) if x_github_event == "push" else None
+    uploads = None
+    if push is not None and push.head_commit is not None:
+        # Before the transaction: fetching the pushed commit's models may take a while.
+        uploads = await run_in_threadpool(
+            _models_at_push, services, str(name), push.head_commit.id,
+            partial(_authenticate_sender, request, body=body, header=x_hub_signature_256))
     try:
         with session.begin():
             found = services.known_projects.get(session, str(name))
@@ -70,7 +78,7 @@ async def receive_github(
                 return {"status": "pong"}
             if x_github_event != "push":
                 return {"status": "ignored", "event": x_github_event[:50]}
-            submission = _record_push(session, services, found, _validated(GitHubPush, payload))
+            submission = _record_push(session, services, found, push, uploads)
             if submission is None:
                 return {"status": "ignored", "reason": "push without a head commit (a branch deletion?)"}
             session.add(WebhookDelivery(delivery_id=x_github_delivery, project_id=found.id, event="push",
@@ -83,7 +91,7 @@ async def receive_github(
     return {"status": "accepted", "run_id": run_id, "run_url": f"/api/v1/runs/{run_id}", "jobs": len(submission.jobs)}
 
 
-def _record_push(session, services, project, push: GitHubPush):
+def _record_push(session, services, project, push: GitHubPush, uploads):
     """The pushed commits, oldest first, each the parent of the next; a run for the head commit."""
     head = push.head_commit
     if head is None:
@@ -96,8 +104,18 @@ def _record_push(session, services, project, push: GitHubPush):
         previous = entry.id
     info = CommitInfo(head.id, branch, [previous] if _is_sha(previous) else [], head.message,
                       head.author_name()[:255], _timestamp(head))
-    return submit_commit(session, services.store, services.upload_limits, project, info, [], "github",
-                         services.settings.machine_class)
+    return submit_commit(session, services.store, services.upload_limits, project, info, uploads or [], "github",
+                         services.settings.machine_class, all_models_when_none=uploads is None)
+
+
+def _models_at_push(services, name: str, sha: str, authenticate):
+    """The pushed commit's models (service/usecases/push_models.py), once the sender is who the project takes."""
+    with services.read_session_factory() as session:
+        project = services.known_projects.get(session, name)
+        authenticate(project)
+    settings = services.settings
+    return models_at_push(project, sha, settings.data_dir, services.upload_limits.max_bytes,
+                          settings.allow_file_repositories, settings.git_fetch_timeout_s)
 
 
 def _validated(schema, payload: dict):
@@ -183,11 +201,12 @@ async def receive_ci(
         first = error.errors()[0]
         raise Invalid(f"CI webhook: {'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}") from error
     sender = partial(_authenticate_sender, request, body=raw, header=x_hub_signature_256)
-    read = []
     if files:  # the sender is checked before its uploads are read (and again as the run is written)
         await run_in_threadpool(_check_ci_sender, services, body.project, sender)
         read = await run_in_threadpool(read_uploads, files, services.upload_limits.max_bytes)
-    uploads = [(None, [item]) for item in read]
+        uploads = [(None, [item]) for item in read]
+    else:
+        uploads = await run_in_threadpool(_models_at_push, services, body.project, body.sha, sender)
     return await run_in_threadpool(_start_ci_run, session, services, body, uploads, x_fusionwatch_delivery, sender)
 
 
@@ -205,8 +224,8 @@ def _start_ci_run(session, services, body: CiWebhook, uploads, delivery: str, se
             if key is not None and (earlier := _earlier_delivery(session, found, key)) is not None:
                 return earlier
             info = CommitInfo(body.sha, body.branch, body.parents, body.message, body.author, body.timestamp)
-            submission = submit_commit(session, services.store, services.upload_limits, found, info, uploads, "ci",
-                                       services.settings.machine_class)
+            submission = submit_commit(session, services.store, services.upload_limits, found, info, uploads or [], "ci",
+                                       services.settings.machine_class, all_models_when_none=uploads is None)
             if key is not None:
                 session.add(WebhookDelivery(delivery_id=key, project_id=found.id, event="ci",
                                             run_id=submission.run.id if submission.run else None))
