@@ -53,10 +53,12 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.limit_for(scope)
+        # An upload's limit is a setting; say which, as the upload's own check does (api/uploads.py).
+        setting = " (FUSIONWATCH_MAX_UPLOAD_MB)" if limit == self.max_upload_bytes + MAX_FORM_BODY else ""
         declared = _header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             problem = ("Content-Length is not a number" if not declared.isdigit()
-                       else f"request body is {int(declared)} bytes; at most {limit} here")
+                       else f"request body is {int(declared)} bytes; at most {limit} here{setting}")
             await JSONResponse({"detail": problem}, status_code=400 if not declared.isdigit() else 413,
                                headers={"Connection": "close"})(scope, receive, send)
             return
@@ -69,7 +71,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > limit:
                     # An HTTPException passes through FastAPI's body reading (other errors there become 400s).
-                    raise HTTPException(413, f"request body is over {limit} bytes; at most {limit} here",
+                    raise HTTPException(413, f"request body is over {limit} bytes; at most {limit} here{setting}",
                                         headers={"Connection": "close"})
             return message
 

@@ -208,3 +208,17 @@ def test_an_external_data_entry_listing_location_twice_is_refused_at_upload(clie
     assert reply.status_code == 422, reply.text
     assert "tensor 'stolen' lists the external-data key 'location' 2 times" in reply.json()["detail"]
     assert session.scalar(select(ModelFile.id)) is None
+
+
+def test_an_upload_over_its_limit_is_413_by_its_content_length_naming_the_setting(migrated_database_url, service_settings):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    limited = service_settings.model_copy(update={"max_upload_mb": 1})
+    with TestClient(create_app(migrated_database_url, limited)) as client:
+        client.headers["Authorization"] = f"Bearer {make_token(migrated_database_url)}"
+        client.post("/api/v1/projects", json={"name": "p"}).raise_for_status()
+        reply = _upload(client, "p", [("file", ("big.onnx", b"\0" * (3 * 1024**2)))])
+        assert reply.status_code == 413, reply.text
+        assert reply.json()["detail"].endswith(f"at most {2 * 1024**2} here (FUSIONWATCH_MAX_UPLOAD_MB)")
