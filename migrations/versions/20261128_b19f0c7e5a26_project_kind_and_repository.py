@@ -1,7 +1,7 @@
 """A project's kind ("models" or "engine") and its model repository (url, model paths, credentials name).
 
 Revision ID: b19f0c7e5a26
-Revises: 14f78e9463e0
+Revises: b7d2f0c83e15
 Create Date: 2026-11-28
 
 A push without files measured the project's earlier uploads under the new sha. Now a "models" project's
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "b19f0c7e5a26"
-down_revision = "14f78e9463e0"
+down_revision = "b7d2f0c83e15"
 branch_labels = None
 depends_on = None
 
