@@ -14,6 +14,7 @@ folder then leaves the node alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -263,6 +264,41 @@ def _identity(node, inputs, opset):
     return [inputs[0]]
 
 
+def _split(node, inputs, opset):
+    data = inputs[0]
+    axis = attr(node, "axis", 0)
+    axis = axis + data.ndim if axis < 0 else axis
+    count = len(node.outputs)
+    sizes = attr(node, "split") if opset < 13 else (_ints(inputs[1]) if len(inputs) > 1 and inputs[1] is not None
+                                                   else None)
+    if sizes is None:  # equal parts; since opset 18 the last may be smaller (num_outputs)
+        part = -(-data.shape[axis] // count)
+        sizes = [min(part, data.shape[axis] - part * i) for i in range(count)]
+    if sum(sizes) != data.shape[axis] or len(sizes) != count:
+        raise ValueError(f"Split sizes {list(sizes)} do not cut an axis of {data.shape[axis]} into {count}")
+    return np.split(data, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def _trilu(node, inputs, opset):
+    k = int(inputs[1].reshape(-1)[0]) if len(inputs) > 1 and inputs[1] is not None else 0
+    return [np.triu(inputs[0], k) if attr(node, "upper", 1) else np.tril(inputs[0], k)]
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x.astype(np.float64)
+
+
+def _float_only(fn) -> Evaluator:
+    """A float function: evaluated in the input's own precision (float32 stays float32), as a kernel does."""
+
+    def evaluate(node, inputs, opset):
+        if inputs[0].dtype.kind != "f":
+            raise NotEvaluable(f"{node.op_type} of {inputs[0].dtype}")
+        return [np.asarray(fn(inputs[0])).astype(inputs[0].dtype, copy=False)]
+
+    return evaluate
+
+
 # --- the table -----------------------------------------------------------------------------
 # Only standard-domain ops; the folder never evaluates contrib or custom domains.
 
@@ -324,6 +360,16 @@ EVALUATORS: dict[str, Evaluator] = {
     "Or": _boolean(np.logical_or),
     "Xor": _boolean(np.logical_xor),
     "IsNaN": _boolean(np.isnan),
+    "IsInf": _boolean(np.isinf),
+    # what exporters compute once from constants: rotary angles' sin/cos, causal masks, ...
+    "Sin": _float_only(np.sin),
+    "Cos": _float_only(np.cos),
+    "Tanh": _float_only(np.tanh),
+    "Erf": _float_only(_erf),
+    "Sigmoid": _float_only(lambda x: 1 / (1 + np.exp(-x))),
+    "Relu": _same_dtype(lambda x: np.maximum(x, 0)),
+    "Split": _split,
+    "Trilu": _trilu,
 }
 
 

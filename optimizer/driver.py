@@ -63,20 +63,24 @@ def optimize(
     )
     near_misses: list[NearMiss] = []
     anchors = _AnchorIndex(graph)
-    for _ in range(MAX_ROUNDS):
-        near_misses = []
-        fired = 0
-        for rule in rules:
-            count = _apply(rule, graph, stats[rule.name], near_misses, anchors)
-            if count or not rule.anchors:
-                anchors.invalidate()
-            if count and rule.refines_shapes and static_inputs:
-                infer_shapes(model, refine=True)
-            fired += count
-        if not fired:
-            break
-    else:
-        log.warning("optimizer did not settle after %d rounds", MAX_ROUNDS)
+    # Rules that undo a form other rules read (Slices made one Split) wait until the others settle;
+    # then every rule runs again, so whatever they expose still fuses.
+    early = [rule for rule in rules if not rule.runs_after_others]
+    for phase in [early, rules] if len(early) < len(rules) else [rules]:
+        for _ in range(MAX_ROUNDS):
+            near_misses = []
+            fired = 0
+            for rule in phase:
+                count = _apply(rule, graph, stats[rule.name], near_misses, anchors)
+                if count or not rule.anchors:
+                    anchors.invalidate()
+                if count and rule.refines_shapes and static_inputs:
+                    infer_shapes(model, refine=True)
+                fired += count
+            if not fired:
+                break
+        else:
+            log.warning("optimizer did not settle after %d rounds", MAX_ROUNDS)
     forget_pinned(graph, keep_unoptimized=False)
     graph.sort()
     if rules:

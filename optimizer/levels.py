@@ -28,14 +28,14 @@ from optimizer.fusions.layer_norm_fusion import LayerNormFusion
 from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
 from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
 from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
-
-# --- layout: channels-last regions for our CPU kernels ----------------------------------------
 from optimizer.fusions.nhwc_conv_layout import NhwcTransformer
+from optimizer.fusions.pad_fusion import PadFusion
 from optimizer.fusions.quick_gelu_fusion import QuickGeluFusion
 from optimizer.fusions.reshape_fusion import ReshapeFusion
 from optimizer.fusions.rotary_embedding_fusion import RotaryEmbeddingFusion
 from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
 from optimizer.fusions.skip_layer_norm_fusion import SkipLayerNormFusion
+from optimizer.fusions.slice_to_split_fusion import GatherSliceToSplitFusion
 from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
 from optimizer.rule import Rule
 
@@ -55,6 +55,8 @@ BASIC_CLEANUPS: list[Rule] = [
     ConvBNFusion(),
     ConvMulFusion(),
     ConvAddFusion(),
+    # After folding, which makes the pads of TensorFlow-style "same" padding constant.
+    PadFusion(),
     FuseReluClip(),
 ]
 
@@ -87,6 +89,8 @@ EXTENDED: list[Rule] = BASIC_CLEANUPS + [
     MatMulAddFusion(),
     GemmActivationFusion(),
     ConvActivationFusion(),
+    # Held back by the driver until the rest settle: rotary and attention read the Slices it replaces.
+    GatherSliceToSplitFusion(),
     # Off unless asked for (it changes numerics): Gelu/BiasGelu -> FastGelu.
     GeluApproximation(),
 ]

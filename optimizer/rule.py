@@ -81,6 +81,9 @@ class Rule:
     # Rules after which the driver re-runs shape inference: ones that turn shape arithmetic
     # into constants, so dimensions inference could only name become numbers.
     refines_shapes: ClassVar[bool] = False
+    # Rules that rewrite a form other rules match (several Slices into one Split): the driver holds
+    # them back until the level's other rules have settled.
+    runs_after_others: ClassVar[bool] = False
 
     def match(self, graph: ir.Graph, node: ir.Node) -> Match | Fail | None:
         raise NotImplementedError

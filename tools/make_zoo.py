@@ -149,7 +149,7 @@ ARCHITECTURES: list[Architecture] = [
         "MobileNetV2Config", image_size=IMAGE, depth_multiplier=0.35)),
         ["pixel_values"], ["last_hidden_state", "pooler_output"], kind="vision"),
     Architecture("efficientnet", lambda: _model("EfficientNetModel", _config(
-        "EfficientNetConfig", image_size=IMAGE, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=64)),
+        "EfficientNetConfig", image_size=IMAGE, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320)),
         ["pixel_values"], ["last_hidden_state", "pooler_output"], kind="vision"),
 ]
 

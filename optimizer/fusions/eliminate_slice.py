@@ -23,7 +23,7 @@ class EliminateSlice(Rule):
 
     def match(self, graph: ir.Graph, slice_node: ir.Node):
         data = slice_node.inputs[0]
-        bounds = _bounds(graph, slice_node)
+        bounds = slice_bounds(graph, slice_node)
         if data is None or bounds is None or data.shape is None:
             why = "its bounds are not constants" if bounds is None else "the shape of its input is unknown"
             return fail("bounds", f"{describe(slice_node)} may cut something: {why}")
@@ -44,7 +44,7 @@ class EliminateSlice(Rule):
         return match.source
 
 
-def _bounds(graph: ir.Graph, node: ir.Node):
+def slice_bounds(graph: ir.Graph, node: ir.Node):
     """(starts, ends, axes, steps) as int lists, or None when any of them is not constant."""
     if opset(graph) < 10:
         starts, ends, axes = attr(node, "starts"), attr(node, "ends"), attr(node, "axes")

@@ -150,8 +150,8 @@ class EmbedLayerNormFusion(Rule):
         # embedding_sum output provides it (ONNX Runtime's Python fusion does the same).
         embedding_sum = ln_add.outputs[0]
         keep_sum = embedding_sum.is_graph_output() or any(user is not ln for user, _ in embedding_sum.uses())
-        # TorchScript's GPT-2 reads the batch and sequence sizes off the word lookup: the fused
-        # output has its shape (the other lookups broadcast onto it), so those Shapes read that.
+        # TorchScript's GPT-2 and DistilBERT read the batch and sequence sizes off the word lookup:
+        # those Shapes read the ids' instead (_lookup_shape).
         shape_readers = [u for u in consumers(word.outputs[0]) if is_op(u, "Shape")]
         return Match(
             nodes=[*gathers, *adds, *shape_readers, ln],
@@ -247,9 +247,24 @@ class EmbedLayerNormFusion(Rule):
             num_outputs=3 if match.keep_sum else 2,
             name=base,
         )
-        shapes = [op.op("Shape", [outputs[0]], {k: a.value for k, a in reader.attributes.items()},
-                        name=f"{base}/{reader.name or 'Shape'}") for reader in match.captures.get("shape_readers", [])]
+        shapes = [_lookup_shape(op, match.input_ids, match.word_table, reader, f"{base}/{reader.name or 'Shape'}")
+                  for reader in match.captures.get("shape_readers", [])]
         return [outputs[0], *([outputs[2]] if match.keep_sum else []), *shapes]
+
+
+def _lookup_shape(op: ir.tape.Tape, input_ids: ir.Value, word_table: ir.Value, reader: ir.Node, name: str):
+    """What Shape(word lookup)[start:end] read, from the ids: the lookup is the ids' shape plus the
+    table's width. Not the fused output's Shape: exporters count the position ids from this very
+    shape (DistilBERT's arange(seq)), and the fused op reads those ids, which would make a cycle."""
+    start, end = attr(reader, "start", 0), attr(reader, "end", None)
+    start = start + 3 if start < 0 else start
+    end = 3 if end is None else (end + 3 if end < 0 else end)
+    # start and end only where the reader had them: Shape takes them from opset 15 on.
+    if end <= 2:
+        return op.op("Shape", [input_ids], {"start": start, "end": end}, name=name)
+    ids_part = op.op("Shape", [input_ids], {"start": start} if start else None, name=name)
+    width = op.initializer(ir.tensor(np.array([static_shape(word_table)[1]], np.int64), name=f"{name}/width"))
+    return op.op("Concat", [ids_part, width], {"axis": 0}, name=f"{name}/with_width")
 
 
 def _embedding_tree(ln_add: ir.Node):

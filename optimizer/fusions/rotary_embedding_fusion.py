@@ -1,6 +1,6 @@
 """RotaryEmbeddingFusion: Llama's rotate-half rotary embedding => com.microsoft.RotaryEmbedding.
 
-    x (B, N, S, H) ─ Slice [H/2:] ─ Neg ─┐
+    x (B, N, S, H) ─ Slice [H/2:] ─ Neg ─┐         (or the two outputs of one Split)
     x ───────────── Slice [:H/2] ───────── Concat(-1) ─ Mul(·, sin4) ─┐
     x ─────────────────────────────────────────────── Mul(·, cos4) ── Add
     cos4 = Unsqueeze(C, 1),  C = [Cast] [Mul scale] Cos(Concat(f, f, axis=-1)),  sin4 alike with Sin
@@ -59,9 +59,9 @@ class RotaryEmbeddingFusion(Rule):
     def match(self, graph: ir.Graph, neg: ir.Node):
         # --- rotate_half(x) = Concat(Neg(Slice(x, H/2:)), Slice(x, :H/2)) ---------------------
         upper = producer(neg.inputs[0])
-        if not is_op(upper, "Slice"):
+        if not is_op(upper, "Slice") and not is_op(upper, "Split"):
             return fail(
-                "rotate_half", f"Neg negates {describe(upper)}, not a Slice of the rotated tensor", upper
+                "rotate_half", f"Neg negates {describe(upper)}, not a Slice or Split of the rotated tensor", upper
             )
         x = upper.inputs[0]
         concat = sole_consumer(neg.outputs[0])
@@ -72,10 +72,10 @@ class RotaryEmbeddingFusion(Rule):
                 f"(read by {', '.join(describe(n) for n in consumers(neg.outputs[0])) or 'nothing'})",
             )
         lower = producer(concat.inputs[1])
-        if not is_op(lower, "Slice") or lower.inputs[0] is not x:
+        if not (is_op(lower, "Slice") or is_op(lower, "Split")) or lower.inputs[0] is not x:
             return fail(
                 "rotate_half",
-                f"Concat's second input comes from {describe(lower)}, not a Slice of '{value_name(x)}'",
+                f"Concat's second input comes from {describe(lower)}, not a Slice or Split of '{value_name(x)}'",
                 lower,
             )
         dtype_problem = check_gelu_dtype(x, "RotaryEmbedding", ROTARY_TYPES)
@@ -123,7 +123,7 @@ class RotaryEmbeddingFusion(Rule):
         if problem:
             return fail("positions", problem)
         return Match(
-            nodes=[upper, neg, lower, concat, sin_mul, cos_mul, add],
+            nodes=list({id(n): n for n in (upper, neg, lower, concat, sin_mul, cos_mul, add)}.values()),
             outputs=[add.outputs[0]],
             captures={
                 "x": x,

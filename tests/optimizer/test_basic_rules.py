@@ -425,6 +425,16 @@ EVALUATOR_CASES = [
     ("ConstantOfShape", [np.array([2, 3], np.int64)], {"value": numpy_helper.from_array(np.array([7], np.int32))}),
     ("Transpose", [np.arange(6, dtype=np.float32).reshape(1, 2, 3)], {"perm": [2, 0, 1]}),
     ("Concat", [np.array([1], np.int64), np.array([2, 3], np.int64)], {"axis": -1}),
+    # rotary angles' caches and the activations exporters leave on constants
+    ("Sin", [np.linspace(-40, 40, 33, dtype=np.float32)], {}),
+    ("Cos", [np.linspace(-40, 40, 33, dtype=np.float32)], {}),
+    ("Tanh", [np.linspace(-5, 5, 11, dtype=np.float32)], {}),
+    ("Erf", [np.linspace(-3, 3, 13, dtype=np.float32)], {}),
+    ("Sigmoid", [np.linspace(-30, 30, 13, dtype=np.float32)], {}),
+    ("Relu", [np.array([-2, 0, 3], np.int64)], {}),
+    ("IsInf", [np.array([1.0, np.inf, -np.inf, np.nan], np.float32)], {}),
+    ("Trilu", [np.ones((4, 5), np.float32), np.array(1, np.int64)], {"upper": 0}),
+    ("Trilu", [np.ones((2, 4, 4), np.float32)], {}),
 ]
 
 
@@ -442,7 +452,28 @@ def test_evaluator_matches_onnxruntime(op, inputs, attributes):
     ir_node = ir.serde.deserialize_model(model).graph.node(0)
     (actual,) = constant_eval.evaluate(ir_node, list(inputs), 18)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    np.testing.assert_allclose(actual, expected, rtol=1e-6)
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("opset, inputs, attributes, outputs", [
+    (18, [np.arange(10, dtype=np.float32).reshape(2, 5)], {"axis": 1, "num_outputs": 3}, 3),
+    (18, [np.arange(10, dtype=np.float32).reshape(2, 5), np.array([1, 4])], {"axis": -1}, 2),
+    (13, [np.arange(12, dtype=np.int64).reshape(6, 2)], {}, 3),
+    (11, [np.arange(12, dtype=np.int64).reshape(6, 2)], {"split": [1, 5]}, 2),
+])
+def test_split_evaluator_matches_onnxruntime(opset, inputs, attributes, outputs):
+    names = [f"in{i}" for i in range(len(inputs))]
+    node = helper.make_node("Split", names, [f"out{i}" for i in range(outputs)], **attributes)
+    graph = helper.make_graph(
+        [node], "split",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in zip(names, inputs, strict=True)],
+        [helper.make_empty_tensor_value_info(f"out{i}") for i in range(outputs)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    expected = run_onnxruntime(model, dict(zip(names, inputs, strict=True)))
+    ir_node = ir.serde.deserialize_model(model).graph.node(0)
+    actual = constant_eval.evaluate(ir_node, list(inputs), opset)
+    assert [a.tolist() for a in actual] == [expected[f"out{i}"].tolist() for i in range(outputs)]
 
 
 # --- exported fixtures --------------------------------------------------------------------------------
