@@ -20,7 +20,7 @@ from optimizer.rule import Match, Rule, fail
 class GatherSliceToSplitFusion(Rule):
     name = "GatherSliceToSplitFusion"
     anchors = ("Slice",)
-    emits = ("Split",)
+    emits = ()  # a Split is not a fused op: counted in the rule's stats, not the report's fusions
     runs_after_others = True  # rotary's rotate_half and attention's QKV cuts are matched as Slices
 
     def match(self, graph: ir.Graph, anchor: ir.Node):
