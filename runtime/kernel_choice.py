@@ -90,6 +90,9 @@ _GEMM_OPS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("c
 # taking cores from all the compiled loops between products (runtime/kernels/gemm.py: BERT-base
 # 124 -> 167 ms), and on a loaded machine spinning workers lose far more than sleeping ones
 # (ResNet-50's convolutions).
+# With one thread (intra_op_num_threads=1) OpenBLAS has no workers to spin, and no handicap: on
+# the 2-core AMD EPYC a one-thread race timed numpy 9.6% ahead of MKL on BERT-base's products
+# and chose MKL, which then ran the tiny BERT's products 1.2-1.7x slower than numpy would.
 _HANDICAP = {"numpy": 1.1}
 _HANDICAP_NOTE = "10% (its workers spin between products)"
 # What a race times, per family; part of the cache key, so that a cached result measured another
@@ -448,9 +451,10 @@ def _measured(family, libraries_here, shapes, cpu, threads, make_call, scope, ro
         where = f"measured {entry['measured']}, cached in {cache}"
     _SEEN[(str(cache), key)] = entry
     timings = entry["timings_ms"]
-    winner = min(candidates, key=lambda c: (timings[c] * _HANDICAP.get(c, 1.0), candidates.index(c)))
+    handicap = _HANDICAP if threads != 1 else {}
+    winner = min(candidates, key=lambda c: (timings[c] * handicap.get(c, 1.0), candidates.index(c)))
     ranking = ", ".join(f"{c} {timings[c]:.2f} ms" for c in sorted(candidates, key=timings.get))
-    handicaps = [c for c in candidates if c in _HANDICAP and len(candidates) > 1]
+    handicaps = [c for c in candidates if c in handicap and len(candidates) > 1]
     note = f"; {', '.join(handicaps)} must win by {_HANDICAP_NOTE}" if handicaps else ""
     reason = f"fastest on {scope}: {ranking} ({where}{note})"
     library, wait = split(winner)

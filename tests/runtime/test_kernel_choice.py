@@ -397,3 +397,15 @@ def test_numpy_must_win_by_ten_percent(monkeypatch, numpy_ms, winner):
     )
     session = InferenceSession(_matmul_model([3, 4], 4, 2), SessionOptions(graph_optimization_level="disabled"))
     assert session.gemm_backend == winner and "must win by 10%" in session.kernel_choices.gemm.reason
+
+
+@needs_onednn
+def test_with_one_thread_numpy_wins_on_time_alone(monkeypatch):
+    """One thread: OpenBLAS has no workers to spin between products, so no 10% to make up."""
+    monkeypatch.setattr(kernel_choice, "gemm_candidates", lambda: ["onednn", "numpy"])
+    monkeypatch.setattr(
+        kernel_choice, "race_libraries", lambda c, s, m, rounds=None: {x: 9.5 if x == "numpy" else 10.0 for x in c}
+    )
+    options = SessionOptions(graph_optimization_level="disabled", intra_op_num_threads=1)
+    session = InferenceSession(_matmul_model([3, 4], 4, 2), options)
+    assert session.gemm_backend == "numpy" and "must win" not in session.kernel_choices.gemm.reason
