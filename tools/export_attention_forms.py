@@ -4,7 +4,7 @@
 
 Each file is one attention form AttentionFusion must fuse exactly or refuse with a reason
 (docs/optimizer.md): multi-query K/V (Falcon, GPTBigCode), a relative position bias beside the mask (MPNet),
-[batch*heads, ...] products (DeBERTa-v2) The sizes are the smallest that keep
+[batch*heads, ...] products (DeBERTa-v2), ALiBi on them (Bloom) The sizes are the smallest that keep
 every form (hidden 32, 4 heads of 8, 2 layers, vocab 1000 so tests.oracle.fixture_feeds' ids fit),
 so each file stays near 100-250 KB; weights are seeded random and perturbed off their init, as
 tools/make_fixtures.py does, so a fusion dropping a bias or a norm weight changes results.
@@ -37,6 +37,8 @@ def config(kind: str):
                                   multi_query=True, bos_token_id=0, eos_token_id=0)
     if kind == "deberta_v2":  # Q·Kᵀ and probs·V as [batch*heads, ...] 3-D products around a 4-D Softmax
         return t.DebertaV2Config(**SIZES, type_vocab_size=0)
+    if kind == "bloom":  # ALiBi added to [batch*heads, S, T] scores (baddbmm); Casts after Softmax
+        return t.BloomConfig(hidden_size=32, n_head=4, n_layer=2, vocab_size=1000)
     if kind == "mpnet":  # a relative position bias added to the scores before the padding mask
         return t.MPNetConfig(**SIZES)
     raise KeyError(f"unknown kind {kind!r}")
@@ -85,7 +87,8 @@ def export(kind: str, exporter: str, path: Path) -> None:
     onnx.save(proto, str(path))
 
 
-FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo", "deberta_v2_torchscript"]
+FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo", "deberta_v2_torchscript",
+         "bloom_dynamo", "bloom_torchscript"]
 
 
 def main(argv: list[str]) -> None:

@@ -110,6 +110,13 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
         problem = batched_heads_fails(probe, sdpa.core, sdpa.scores_reshape, sdpa.probs_reshape, num_heads)
         if problem is not None:
             return fail("layout", problem, sdpa.scores_reshape)
+    batched_bias = sdpa.batched_bias
+    if batched_bias is not None and (rank(batched_bias) != 3 or batched_bias.shape[1] not in (1, probe.seq)):
+        return fail("mask", f"the bias '{batched_bias.name}' added to the [batch*heads, S, T] scores is "
+                    f"{[str(d) for d in batched_bias.shape] if batched_bias.shape else 'of unknown shape'}, not "
+                    "[batch*heads, 1, T]", producer(batched_bias))
+    if batched_bias is not None and sdpa.extra_bias is not None:
+        return fail("mask", "the scores carry a bias before their reshape and another beside the mask")
     out = trace_output(sdpa.pv.outputs[0], probe, num_heads, head_size, batched)
     if isinstance(out, str):
         return fail("output", out)
@@ -150,7 +157,8 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
 
     core += q.nodes + k.nodes + v.nodes + out_nodes
     core = list({id(n): n for n in core}.values())
-    nodes = core + dead_helpers(core, [fill[0].inputs[0] if fill is not None else None, mask, sdpa.extra_bias])
+    nodes = core + dead_helpers(core, [fill[0].inputs[0] if fill is not None else None, mask, sdpa.extra_bias,
+                                       batched_bias])
     return Match(
         nodes=in_graph_order(graph, nodes),
         outputs=[out_value, *presents],
@@ -158,6 +166,7 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
             "graph": graph, "anchor": sdpa.softmax.name or "Softmax", "x": q.x, "mask": mask, "padding": padding,
             "present": bool(presents), "past": past[0] if past is not None else None,
             "unidirectional": sdpa.unidirectional, "guard_zero": sdpa.guard_zero, "extra_bias": sdpa.extra_bias,
+            "batched_bias": batched_bias,
             "fill": fill[0] if fill is not None else None,
             "num_heads": num_heads, "scale": scale,
             "flat_output": flat_output, "hidden": num_heads * head_size,
@@ -168,6 +177,8 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
 
 def rewrite_packed(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
     name = f"{RULE_NAME}/{match.anchor}"
+    if match.batched_bias is not None:  # [B*N, 1, T] -> [B, N, 1, T] -> [B, N, S, T], beside the mask
+        match.captures["extra_bias"] = _bias_in_heads(op, match)
     weight, bias = _packed_weights(op, match)
     attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
     if match.unidirectional:
@@ -208,6 +219,26 @@ def rewrite_packed(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
     return [output, *presents]
 
 
+def _bias_in_heads(op: ir.tape.Tape, match: Match) -> ir.Value:
+    """The 3-D scores' bias [B*N, 1|S, T] as [B, N, S, T]: row b*N + n is head n of batch b."""
+    name, bias = f"{RULE_NAME}/{match.anchor}", match.batched_bias
+    lead = unique_initializer(op, match.graph, np.array([-1, match.num_heads], np.int64), "attention_bias_heads")
+    shape = op.op("Shape", [bias], name=f"{name}/bias_shape")
+    rows = unique_initializer(op, match.graph, np.array([1], np.int64), "attention_bias_rows_from")
+    end = unique_initializer(op, match.graph, np.array([3], np.int64), "attention_bias_rows_to")
+    tail = op.op("Slice", [shape, rows, end], name=f"{name}/bias_rows")
+    target = op.op("Concat", [lead, tail], {"axis": 0}, name=f"{name}/bias_target")
+    heads = op.op("Reshape", [bias, target], name=f"{name}/bias_in_heads")
+    if bias.shape[1] != 1:
+        return heads
+    queries = unique_initializer(op, match.graph, np.array([1, 1], np.int64), "attention_bias_ones")
+    one = unique_initializer(op, match.graph, np.array([1], np.int64), "attention_bias_one")
+    seq = op.op("Gather", [op.op("Shape", [match.x], name=f"{name}/x_shape_bias"), one], {"axis": 0},
+                name=f"{name}/bias_seq")
+    expand = op.op("Concat", [queries, seq, one], {"axis": 0}, name=f"{name}/bias_query_rows")
+    return op.op("Expand", [heads, expand], name=f"{name}/bias_rows_per_query")
+
+
 # --- the chain from a projection to Q / Kᵀ / V --------------------------------------------
 
 
@@ -227,6 +258,13 @@ class Projection:
         self.initializers: tuple[ir.Value, ir.Value] | None = None  # (W, b) usable unchanged
         self.cache: ir.Value | None = None  # K or V as it leaves through the (empty) cache, if it does
         self.past: tuple[ir.Node, PastSide] | None = None  # the Concat onto a past, and its past half
+
+
+def _picks_one_entry(node: ir.Node | None) -> bool:
+    """Gather of one constant index out of a head split: Bloom picks Q, K or V out of its projection
+    reshaped to [B, S, N, 3, H] that way."""
+    index = const_array(input_at(node, 1)) if is_op(node, "Gather") else None
+    return index is not None and index.ndim == 0 and is_op(producer(node.inputs[0]), "Reshape")
 
 
 def _trace_projection(value: ir.Value):
@@ -266,7 +304,7 @@ def _trace_projection(value: ir.Value):
                 value = node.inputs[1]
                 node = producer(value)
                 continue
-        if not any(is_op(node, t) for t in LAYOUT_OPS):
+        if not any(is_op(node, t) for t in LAYOUT_OPS) and not _picks_one_entry(node):
             break
         chain.insert(0, node)
         if is_op(node, "Split"):

@@ -75,6 +75,9 @@ class Sdpa:
     # both reshapes keep head n of batch b at row b*N + n.
     scores_reshape: ir.Node | None = None
     probs_reshape: ir.Node | None = None
+    # a bias added to the 3-D scores before their reshape, [B*N, 1|S, T] (Bloom's ALiBi): its rows
+    # are the scores' rows, so reshaped to [B, N, 1|S, T] it joins attention_bias
+    batched_bias: ir.Value | None = None
 
 
 def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
@@ -93,6 +96,10 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
         probs = guard[-1].outputs[0]
     guard_zero = const_array(guard[1].inputs[1]) if guard is not None else None
     pv = data_consumer(probs)
+    while _same_type_cast(pv, softmax.outputs[0]):  # Bloom: a Cast to the type the probabilities have
+        core.append(pv)
+        probs = pv.outputs[0]
+        pv = data_consumer(probs)
     probs_reshape = None
     if is_op(pv, "Reshape") and pv.inputs[0] is probs:  # [B, N, S, T] -> [B*N, S, T] for a 3-D product
         probs_reshape, probs = pv, pv.outputs[0]
@@ -126,7 +133,7 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
         if shown is not None:
             return fail("mask", f"{describe(where)} fills the scores with {shown:g}, not a large negative value "
                         f"(≤ {MASK_FILL_LIMIT:g}): it does not mask them out", where)
-    scale, scores_nodes, qk, scores_reshape = _product(scores)
+    scale, scores_nodes, qk, scores_reshape, batched_bias = _product(scores)
     if (scores_reshape is None) != (probs_reshape is None):
         return fail("scores", "the scores are reshaped from [batch*heads, ...] products on one side of Softmax "
                     "only", scores_reshape or probs_reshape)
@@ -153,7 +160,7 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
             return fail("mask", f"the masked_fill condition is computed from the scores themselves, and {kind}",
                         producer(fill[0].inputs[0]))
     return Sdpa(softmax, qk, pv, scale, k_transposed, mask, fill, packed_fill, unidirectional, causal_nodes,
-                guard_zero, core, extra_bias, scores_reshape, probs_reshape)
+                guard_zero, core, extra_bias, scores_reshape, probs_reshape, batched_bias)
 
 
 def fill_fails(where: ir.Node) -> Fail | None:
@@ -229,15 +236,30 @@ def _walk_scale(scores: ir.Value):
 
 
 def _product(scores: ir.Value):
-    """(scale, nodes, the Q·Kᵀ MatMul, the Reshape to [B, N, S, T] or None) for the scores, the
-    product 4-D or 3-D ([B*N, S, T], reshaped to 4-D, with scale steps on either side)."""
+    """(scale, nodes, the Q·Kᵀ MatMul, the Reshape to [B, N, S, T] or None, a bias added to the 3-D
+    scores or None) for the scores: the product 4-D, or 3-D ([B*N, S, T], reshaped to 4-D, with scale
+    steps on either side and at most one bias Add before the reshape)."""
     scale, nodes, node = _walk_scale(scores)
     if scale is None or not is_op(node, "Reshape"):
-        return scale, nodes, node, None
+        return scale, nodes, node, None, None
     inner, more, matmul = _walk_scale(node.inputs[0])
+    bias = None
+    if is_op(matmul, "Add") and inner is not None:  # baddbmm: bias + alpha * Q·Kᵀ
+        add = matmul
+        for side in (0, 1):
+            scaled, steps, found = _walk_scale(add.inputs[side])
+            if scaled is not None and is_op(found, "MatMul") and rank(found.inputs[0]) in (None, 3):
+                inner, more, matmul, bias = inner * scaled, [*more, add, *steps], found, add.inputs[1 - side]
+                break
     if inner is None or not is_op(matmul, "MatMul") or rank(matmul.inputs[0]) not in (None, 3):
-        return scale, nodes, node, None
-    return scale * inner, [*nodes, node, *more], matmul, node
+        return scale, nodes, node, None, None
+    return scale * inner, [*nodes, node, *more], matmul, node, bias
+
+
+def _same_type_cast(node: ir.Node | None, value: ir.Value) -> bool:
+    """A Cast of `value` to the type it already has: it changes nothing."""
+    to = attr(node, "to", None) if is_op(node, "Cast") else None
+    return to is not None and value.dtype is not None and int(to) == int(value.dtype)
 
 
 # A masked_fill value at or below this is "minus infinity" to softmax: exp(-1e4) underflows to 0.
@@ -278,7 +300,7 @@ def _split_mask(add: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
     """(scores, mask) for the Add before Softmax: scores are the side that reaches the Q·Kᵀ MatMul."""
     for scores, mask in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
         fill = _mask_fill(producer(scores))
-        _, _, matmul, reshape = _product(fill[1] if fill is not None else scores)
+        _, _, matmul, reshape, _ = _product(fill[1] if fill is not None else scores)
         if (is_op(matmul, "MatMul") or is_op(matmul, "FusedMatMul", MS)) and rank(matmul.inputs[0]) in (
             None, 3 if reshape is not None else 4
         ):

@@ -35,6 +35,13 @@ PINNED = {
     # (inference leaves the head size unnamed): evaluated at both probe sizes, equal, so a constant
     "deberta_v2_torchscript.onnx": {"LayerNormalization": 1, "com.microsoft.Attention": 2, "com.microsoft.BiasGelu": 2,
                                     "com.microsoft.SkipLayerNormalization": 4},
+    # ALiBi added to the [batch*heads, S, T] scores before their reshape (baddbmm): reshaped to
+    # [B, N, 1, T] and repeated over the queries it joins the mask in attention_bias; the TorchScript
+    # export also Casts the probabilities to the type they have
+    "bloom_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.FastGelu": 2,
+                          "com.microsoft.SkipLayerNormalization": 4},
+    "bloom_torchscript.onnx": {"LayerNormalization": 4, "Reshape": 1, "com.microsoft.Attention": 2,
+                               "com.microsoft.FastGelu": 2, "com.microsoft.SkipLayerNormalization": 2},
 }
 
 
