@@ -158,11 +158,23 @@ def analyze_command(
     threads: ThreadsOption = 0,
     sequence_length: SequenceOption = 128,
     as_json: JsonOption = False,
+    compare: Annotated[bool, typer.Option("--compare", help="print the numeric check's per-node error table")] = False,
+    feeds: Annotated[
+        list[str], typer.Option("--feeds", help="NAME=FILE.npz: your own inputs, checked beside the synthesized ones (repeatable)")
+    ] = [],  # noqa: B006
 ) -> None:
     """Everything about MODEL, locally, no server: levels × engines, fused ops, timings, near misses.
 
-    Each level × engine's fused ops, median timings and numeric check against level `disabled`, and the near misses of rules that nearly fired."""
-    measured = measure_all([model], _engines(engine), _levels(level), disable, runs, warmup, threads, sequence_length)
+    Each level × engine's fused ops, median timings and numeric check against level `disabled`, and the near misses of rules that nearly fired.
+    With --compare, each level's every surviving tensor against the unfused graph, per feed set, and the worst one's per-node table."""
+    from service.cli_compare import print_comparisons, read_feed_set_options
+
+    try:
+        feed_sets = read_feed_set_options(feeds, model)
+    except ValueError as error:
+        fail(str(error))
+    measured = measure_all([model], _engines(engine), _levels(level), disable, runs, warmup, threads, sequence_length,
+                           feed_sets=feed_sets)
     if as_json:
         results = [{**asdict(m), "execute_median_ms": median(m.execute_ms), "model_run_median_ms": median(m.model_run_ms)}
                    for _, m in measured]
@@ -174,6 +186,8 @@ def analyze_command(
     versions = ", ".join(dict.fromkeys(f"{m.engine} {m.engine_version}" for _, m in measured))
     console.print(f"{model}: {runs} timed run(s) after {warmup} warm-up; inputs {inputs}; {versions}", highlight=False, markup=False)
     print_measurements(console, [(model.name, m) for _, m in measured])
+    if compare:
+        print_comparisons(console, measured)
     # Our optimizer's near misses are the same for both engines at a level; list each once with its levels.
     misses: dict[tuple[str, str, str], list[str]] = {}
     for _, m in measured:
@@ -197,7 +211,7 @@ def _suspected(reply: dict[str, Any]) -> set[tuple[str, str, str]]:
 
 
 def measure_all(models, engines, levels, disable, runs, warmup, threads, sequence_length,
-                only: set[tuple[str, str, str]] | None = None) -> list[tuple[Path, Any]]:
+                only: set[tuple[str, str, str]] | None = None, feed_sets=None) -> list[tuple[Path, Any]]:
     """Every model × level × engine through service.measure (or those of them in `only`, by model file
     name), engines back to back within a level so a pair compared in a table ran close in time; a Rich
     progress bar on stderr."""
@@ -227,7 +241,7 @@ def measure_all(models, engines, levels, disable, runs, warmup, threads, sequenc
             bar.update(task, description=f"{path.name} {eng} {lvl}")
             try:
                 measured.append((path, measure(path, eng, lvl, protocol, disabled_rules=tuple(disable),
-                                               custom_ops=custom_ops)))
+                                               custom_ops=custom_ops, feed_sets=feed_sets)))
             except (EngineError, ModelLoadError, ValueError) as error:
                 fail(f"{path}: {error}" if str(path) not in str(error) else str(error))
             bar.advance(task)

@@ -1,6 +1,7 @@
 """What the dashboard's commit page reads: the commit's runs and their progress, and per result the
 diff against its baseline — fused-op counts, the op histogram, per-kernel times — with the near misses
-of every rule whose fused op dropped, which say in words why it no longer fires."""
+of every rule whose fused op dropped, which say in words why it no longer fires; and the worst numeric
+check's per-node error table, where a fused graph first left its unfused one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.alerts.detect import rule_for_op
+from service.engines.compare import describe_row
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
@@ -67,6 +69,23 @@ class ResultDiff:
 
 
 @dataclass
+class NumericTable:
+    """The worst numeric check at the commit: where it first diverged and the per-node rows."""
+
+    model: str
+    engine: str
+    level: str
+    feed_set: str
+    status: str
+    reason: str | None
+    first: str | None  # the sentence an alert would say (service/engines/compare.py describe_row)
+    tensors: int
+    diverging: int
+    rows: list[dict[str, Any]]
+    checks: list[dict[str, Any]]  # per feed set: what it fed and what it found
+
+
+@dataclass
 class CommitReport:
     project: str
     sha: str
@@ -78,6 +97,7 @@ class CommitReport:
     runs: list[RunStatus]
     diffs: list[ResultDiff]
     alerts: list[Alert]
+    numerics: NumericTable | None = None
 
 
 def commit_report(session: Session, project: Project, sha: str) -> CommitReport:
@@ -97,7 +117,31 @@ def commit_report(session: Session, project: Project, sha: str) -> CommitReport:
         project=project.name, sha=commit.sha, branch=commit.branch, message=commit.message, author=commit.author,
         timestamp=commit.timestamp or commit.created_at, parents=list(commit.parents or []),
         runs=[run_status(session, run_id) for run_id in run_ids], diffs=diffs, alerts=alerts,
+        numerics=_worst_numerics(list(latest.values())),
     )
+
+
+def _worst_numerics(results: list[tuple[Result, str]]) -> NumericTable | None:
+    """A mismatching result before a matching one, then the most diverging tensors, then the largest
+    output error; None when no result at the commit has a mark-all comparison."""
+    checked = [(r, name) for r, name in results if r.divergence]
+
+    def badness(item: tuple[Result, str]) -> tuple:
+        result, _ = item
+        error = result.max_abs_error if result.max_abs_error is not None else 0.0
+        return (result.numeric_ok is False, result.divergence.get("diverging", 0), error)
+
+    if not checked:
+        return None
+    result, name = max(checked, key=badness)
+    worst = result.divergence
+    first = worst.get("first")
+    return NumericTable(
+        model=name, engine=result.engine, level=result.level, feed_set=worst.get("feed_set", ""),
+        status=worst.get("status", ""), reason=worst.get("reason"),
+        first=describe_row(first) if first else None, tensors=worst.get("tensors", 0),
+        diverging=worst.get("diverging", 0), rows=list(worst.get("rows", [])), checks=list(result.numeric_checks or []),
+    )  # fmt: skip
 
 
 def _diff(session: Session, result: Result, model_name: str, baseline: Result | None) -> ResultDiff:

@@ -49,12 +49,19 @@ def short_op(op: str) -> str:
     return op.removeprefix("com.microsoft.")
 
 
+def error(value: float | str | None) -> str:
+    """A numeric check's error: "3.1e+00"; "inf" (shapes that differ) as stored."""
+    if value is None:
+        return "–"
+    return value if isinstance(value, str) else f"{value:.2g}"
+
+
 def query(params: dict) -> str:
     """A query string of the non-empty parameters, for shareable links that keep the page's filters."""
     return urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 
-templates.env.filters.update(ms=ms, pct=pct, iso=iso, utc=utc, sparkline=sparkline, short_op=short_op,
+templates.env.filters.update(ms=ms, pct=pct, error=error, iso=iso, utc=utc, sparkline=sparkline, short_op=short_op,
                              query=query, combine_page=lambda params, page: dict(params, page=page), path=lambda s: quote(str(s), safe=""))
 
 

@@ -51,6 +51,11 @@ def test_left_padded_nan_from_a_fusion_names_the_attention_node(client, monkeypa
         assert checks[LEFT_PADDED]["first"] == ATTENTION_OUTPUT
         assert result.divergence["feed_set"] == LEFT_PADDED and result.divergence["first"]["nonfinite"] == "NaN"
         assert not result.numeric_ok
+    page = client.get("/projects/p/commits/a0")
+    assert page.status_code == 200, page.text
+    assert "Numeric check" in page.text and f"feed set {LEFT_PADDED}" in page.text
+    assert f"first divergence at `{ATTENTION_OUTPUT}` (output of com.microsoft.GroupQueryAttention" in page.text
+    assert f"<code>{ATTENTION_OUTPUT}</code>" in page.text and "GroupQueryAttentionFusion" in page.text
 
 
 def test_the_real_attention_rule_raises_no_numeric_mismatch(client):
@@ -61,3 +66,28 @@ def test_the_real_attention_rule_raises_no_numeric_mismatch(client):
         assert result.numeric_ok
         assert [c["ok"] for c in result.numeric_checks] == [True, True, True]
         assert result.divergence["diverging"] == 0 and result.divergence["rows"]  # the fusions' boundaries
+
+
+def test_analyze_compare_prints_the_per_node_table_and_checks_the_users_feeds(tmp_path, monkeypatch):
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    mask = np.ones((2, 8), np.int64)
+    mask[0, :2] = 0
+    feeds = {"input_ids": np.arange(16, dtype=np.int64).reshape(2, 8), "attention_mask": mask,
+             "position_ids": np.tile(np.arange(8, dtype=np.int64), (2, 1))}
+    np.savez(tmp_path / "mine.npz", **feeds)
+    np.savez(tmp_path / "bad.npz", **(feeds | {"attention_mask": mask.astype(np.float32)}))
+    args = ["analyze", str(DECODER), "--engine", "fusionwatch", "--level", "extended", "--runs", "1", "--warmup", "0",
+            "--sequence-length", "8", "--compare"]
+    bad = CliRunner().invoke(app, [*args, "--feeds", f"bad={tmp_path / 'bad.npz'}"])
+    assert bad.exit_code == 2
+    assert "feed set 'bad': input 'attention_mask' has dtype float32, the model takes int64" in bad.output
+    swap_rule(monkeypatch, AttentionWithoutGuard())
+    printed = CliRunner().invoke(app, [*args, "--feeds", f"mine={tmp_path / 'mine.npz'}"], env={"COLUMNS": "400"})
+    assert printed.exit_code == 0, printed.output
+    assert "Numeric check, fusionwatch at extended" in printed.stdout and "mine" in printed.stdout
+    assert f"first divergence at `{ATTENTION_OUTPUT}` (output of com.microsoft.GroupQueryAttention made by" in printed.stdout
+    assert "Per node, fusionwatch at extended" in printed.stdout and "NaN" in printed.stdout
