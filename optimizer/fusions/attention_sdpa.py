@@ -456,11 +456,14 @@ def heads_bias(op: ir.tape.Tape, match: Match, x_shape_source: ir.Value) -> ir.V
 
 
 def expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
-    """Expand(mask, [1, 1, S, 1]) with S read from the block input at run time."""
+    """Expand(mask, [1, 1, S, 1]) with S read at run time from the block input [B, S, hidden], or
+    from Q in heads [B, N, S, H] in the heads form."""
     graph, name = match.graph, f"{RULE_NAME}/{match.anchor}"
     one_one = unique_initializer(op, graph, np.array([1, 1], np.int64), "attention_ones2")
     one = unique_initializer(op, graph, np.array([1], np.int64), "attention_ones1")
+    axis = one if match.captures.get("heads") is None else unique_initializer(
+        op, graph, np.array([2], np.int64), "attention_query_axis")
     shape = op.op("Shape", [match.x], name=f"{name}/x_shape")
-    seq = op.op("Gather", [shape, one], {"axis": 0}, name=f"{name}/seq")
+    seq = op.op("Gather", [shape, axis], {"axis": 0}, name=f"{name}/seq")
     target = op.op("Concat", [one_one, seq, one], {"axis": 0}, name=f"{name}/mask_shape")
     return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")

@@ -104,8 +104,14 @@ def _block_inputs(mask_form: str) -> dict[str, dict[str, np.ndarray]]:
             "masked_row": mask({1: slice(0, 4)})}
 
 
+@pytest.mark.parametrize("heads_form", [False, True])
 @pytest.mark.parametrize("mask_form", ["rows", "key_row", "fill", "raw"])
-def test_attention_block_on_masked_inputs_matches_onnxruntime_at_every_level(mask_form):
+def test_attention_block_on_masked_inputs_matches_onnxruntime_at_every_level(mask_form, heads_form):
     # -inf masks (rows, key_row) leave NaN in a fully masked row in the graph itself: the fused op
     # must leave the same NaN, not invent or hide one; masked_fill with finfo.min gives uniform weights.
-    assert_matches_onnxruntime(patterns.self_attention(mask_form=mask_form), _block_inputs(mask_form))
+    # The heads form (MultiHeadAttention) repeats a key row over the queries of Q in heads, [B, N, S, H].
+    cases = _block_inputs(mask_form)
+    if heads_form:
+        rot = np.random.default_rng(6).standard_normal((1, 1, patterns.ATTN_SEQ, patterns.ATTN_HIDDEN // patterns.ATTN_HEADS))
+        cases = {case: {**feeds, "rot": rot.astype(np.float32)} for case, feeds in cases.items()}
+    assert_matches_onnxruntime(patterns.self_attention(mask_form=mask_form, heads_form=heads_form), cases)
