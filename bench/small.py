@@ -10,6 +10,8 @@ shared with other work the load moves both engines alike that way, and the faste
 nearest to a quiet machine's. Printed per row: both times, ours / onnxruntime (targets: <= 1.5
 at sequence 16, <= 2.0 at sequence 1), the nodes each engine ran (ours: the plan's steps;
 onnxruntime: node events in its profile of one run), and each engine's time per node run (µs).
+First, our executor's own cost per node (`executor_us_per_node`); `python -m bench.node_floors`
+shows a model's kernels node by node.
 """
 
 from __future__ import annotations
@@ -104,8 +106,35 @@ def print_row(row: dict) -> None:
     )
 
 
+def executor_us_per_node(nodes: int = 400, runs: int = 2000) -> float:
+    """`session.run`'s own cost per node: a chain of Identity nodes, whose kernel returns its
+    input, fastest of `runs` runs divided by the node count."""
+    from onnx import TensorProto, helper
+
+    import runtime
+
+    chain = [helper.make_node("Identity", [f"v{i}"], [f"v{i + 1}"]) for i in range(nodes)]
+    graph = helper.make_graph(
+        chain, "chain", [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(f"v{nodes}", TensorProto.FLOAT, [4])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level="disabled"))
+    feeds = {"v0": np.zeros(4, np.float32)}
+    session.run(None, feeds)
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        session.run(None, feeds)
+        best = min(best, time.perf_counter() - started)
+    return best * 1e6 / nodes
+
+
 def run(levels, blocks: int, runs: int, results: Path) -> None:
+    overhead = executor_us_per_node()
+    print(f"\nour executor's own cost: {overhead:.3f} µs a node (session.run on 400 Identity nodes, fastest of 2000)")
     print_header(blocks, runs)
     rows = bench_small(levels, blocks, runs)
     results.mkdir(parents=True, exist_ok=True)
-    (results / "small_models.json").write_text(json.dumps({"onnxruntime": ort.__version__, "rows": rows}, indent=2))
+    summary = {"onnxruntime": ort.__version__, "executor_us_per_node": overhead, "rows": rows}
+    (results / "small_models.json").write_text(json.dumps(summary, indent=2))
