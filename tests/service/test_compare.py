@@ -156,3 +156,15 @@ def test_when_onnxruntime_cannot_write_its_graph_the_outputs_are_still_compared(
     [comparison] = _outputs_only(model, "all", sets, RTOL, ATOL, (), NO_CUSTOM_OPS, "could not write it")
     assert (comparison.status, comparison.reason, comparison.tensors) == ("unavailable", "could not write it", 2)
     assert comparison.ok and comparison.outputs_max_abs < ATOL
+
+
+def test_a_gpt2_left_padded_nan_is_named_at_attention_fusions_own_node(monkeypatch):
+    gpt2 = MODELS / "gpt2_torchscript_opset14.onnx"
+    sets = synthesized_feed_sets(onnx.load(gpt2), SEQ)
+    swap_rule(monkeypatch, AttentionWithoutGuard())
+    found = {c.feed_set: c for c in compare_native(gpt2, "extended", sets, RTOL, ATOL)}
+    assert found[SYNTHESIZED].ok and found[RIGHT_PADDED].ok
+    first = found[LEFT_PADDED].first
+    assert (first.tensor, first.op, first.rule, first.nonfinite) == (
+        "/model/h.0/attn/Reshape_4_output_0", "com.microsoft.Attention", "AttentionFusion", "NaN"
+    )
