@@ -136,7 +136,7 @@ def _timings(diff: dict[str, Any], alerts: list[dict[str, Any]], pending: bool) 
         if alert is not None:
             verdict = "regression" if alert["state"] != "suspected" else "suspected (re-measuring; not a finding)"
         else:
-            verdict = "no regression" if timing.get("before") is not None else "first measurement"
+            verdict = "no timing alert" if timing.get("before") is not None else "first measurement"
         band = (f"{timing['p10']:.3f}–{timing['p90']:.3f}" if timing.get("p10") is not None
                 and timing.get("p90") is not None else "-")
         before = "-" if timing.get("before") is None else f"{timing['before']:.3f}"

@@ -70,7 +70,7 @@ def test_a_pull_request_gets_a_failing_check_run_and_one_comment_edited_on_the_n
         assert check["head_sha"] == HEAD and check["conclusion"] == "failure" and check["status"] == "completed"
         assert "| bert.onnx | native | extended | BiasGelu | 2 → 0 | BiasGeluFusion stopped firing: " in check["output"]["summary"]
         assert "ai.onnx.contrib.Passthrough" in check["output"]["summary"]
-        assert "| 10.000 | 10.400 | +4.0% | 10.100–10.900 | no regression |" in check["output"]["summary"]
+        assert "| 10.000 | 10.400 | +4.0% | 10.100–10.900 | no timing alert |" in check["output"]["summary"]
         assert LINKS.commit in check["output"]["summary"]
         (comment,) = forge.comments.values()
         assert comment["issue"] == 7 and comment["body"].startswith(comment_marker("bert-exports"))
