@@ -4,7 +4,8 @@
 
 Each file is one attention form AttentionFusion must fuse exactly or refuse with a reason
 (docs/optimizer.md): multi-query K/V (Falcon, GPTBigCode), a relative position bias beside the mask (MPNet),
-[batch*heads, ...] products (DeBERTa-v2), ALiBi on them (Bloom) The sizes are the smallest that keep
+[batch*heads, ...] products (DeBERTa-v2), ALiBi on them (Bloom), ALiBi
+under a masked_fill (MPT) The sizes are the smallest that keep
 every form (hidden 32, 4 heads of 8, 2 layers, vocab 1000 so tests.oracle.fixture_feeds' ids fit),
 so each file stays near 100-250 KB; weights are seeded random and perturbed off their init, as
 tools/make_fixtures.py does, so a fusion dropping a bias or a norm weight changes results.
@@ -39,6 +40,8 @@ def config(kind: str):
         return t.DebertaV2Config(**SIZES, type_vocab_size=0)
     if kind == "bloom":  # ALiBi added to [batch*heads, S, T] scores (baddbmm); Casts after Softmax
         return t.BloomConfig(hidden_size=32, n_head=4, n_layer=2, vocab_size=1000)
+    if kind == "mpt":  # ALiBi [heads, 1, T] added under a masked_fill
+        return t.MptConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=1000, max_seq_len=64, expansion_ratio=2)
     if kind == "mpnet":  # a relative position bias added to the scores before the padding mask
         return t.MPNetConfig(**SIZES)
     raise KeyError(f"unknown kind {kind!r}")
@@ -88,7 +91,7 @@ def export(kind: str, exporter: str, path: Path) -> None:
 
 
 FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo", "deberta_v2_torchscript",
-         "bloom_dynamo", "bloom_torchscript"]
+         "bloom_dynamo", "bloom_torchscript", "mpt_dynamo"]
 
 
 def main(argv: list[str]) -> None:

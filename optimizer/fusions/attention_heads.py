@@ -99,8 +99,8 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
         padding = ("expand", None, None) if problem is not None else None
     # A cache per layer (past_key, past_value): the Concats onto it go into the fused op, whose
     # present_key / present_value outputs take their place.
-    if extra_bias_fails(sdpa.extra_bias, num_heads) is not None:
-        return extra_bias_fails(sdpa.extra_bias, num_heads)
+    if extra_bias_fails(graph, sdpa.extra_bias, num_heads) is not None:
+        return extra_bias_fails(graph, sdpa.extra_bias, num_heads)
     cache = _heads_cache(k4, v4)
     if cache is not None and shared_kv:
         return fail("heads", "K and V are one head shared by every query head and concatenated onto a past: "

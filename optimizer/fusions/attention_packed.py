@@ -152,8 +152,8 @@ def match_packed(graph: ir.Graph, sdpa: Sdpa, paths: dict[str, Projection]) -> M
             reason, node = problem
             return fail("mask", reason, node)
 
-    if extra_bias_fails(sdpa.extra_bias, num_heads) is not None:
-        return extra_bias_fails(sdpa.extra_bias, num_heads)
+    if extra_bias_fails(graph, sdpa.extra_bias, num_heads) is not None:
+        return extra_bias_fails(graph, sdpa.extra_bias, num_heads)
 
     core += q.nodes + k.nodes + v.nodes + out_nodes
     core = list({id(n): n for n in core}.values())

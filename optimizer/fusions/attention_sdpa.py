@@ -47,7 +47,7 @@ from optimizer.match import (
     rank,
 )
 from optimizer.rule import Fail, Match, fail
-from optimizer.shape_probe import pinned_shapes
+from optimizer.shape_probe import constant_dims, pinned_shapes
 from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
 
@@ -112,6 +112,9 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
 
     # --- before Softmax: [Add mask] <- [scale]* <- MatMul(Q, Kᵀ) ------------------------
     scores, mask, extra_bias = softmax.inputs[0], None, None
+    while _same_type_cast(producer(scores), producer(scores).inputs[0] if producer(scores) else scores):
+        core.append(producer(scores))  # MPT: a Cast of the scores to the type they have
+        scores = producer(scores).inputs[0]
     add = producer(scores)
     if is_op(add, "Add"):
         scores, mask = _split_mask(add)
@@ -126,6 +129,14 @@ def match_sdpa(graph: ir.Graph, softmax: ir.Node) -> Sdpa | Fail:
     if fill is not None:  # masked_fill: Where(mask, fill, scores) or Where(keep, scores, fill)
         where, scores = fill
         core.append(where)
+        inner = producer(scores)
+        if extra_bias is None and is_op(inner, "Add") and len(consumers(scores)) == 1:
+            # a bias added under the fill (MPT's ALiBi): the fill absorbs it where it masks, so it
+            # joins attention_bias beside the fill's bias
+            biased, bias = _split_mask(inner)
+            if biased is not None:
+                core.append(inner)
+                scores, extra_bias = biased, bias
     elif is_op(producer(scores), "Where"):
         where = producer(scores)
         values = [const_scalar(v) for v in where.inputs[1:]]
@@ -206,6 +217,21 @@ def _sizes_scalar(graph: ir.Graph | None, value: ir.Value) -> tuple[float | None
     if float(at_first.reshape(())) != float(at_second.reshape(())):
         return None, []
     return float(at_first.reshape(())), _computing(value)
+
+
+def _probe_dims(graph: ir.Graph, value: ir.Value) -> list[int | None] | None:
+    """A value computed from constants and sizes alone (a slice of a bias buffer), evaluated at both
+    probe sizes: each dimension a number where both agree, None where they differ; None when it
+    cannot be evaluated."""
+    try:
+        first, second = pinned_shapes(graph, value)
+        at_first = evaluate_on_probe(graph, value, {}, first)
+        at_second = evaluate_on_probe(graph, value, {}, second)
+    except PROBE_ERRORS:
+        return None
+    if at_first.ndim != at_second.ndim:
+        return None
+    return [a if a == b else None for a, b in zip(at_first.shape, at_second.shape, strict=True)]
 
 
 def _computing(value: ir.Value) -> list[ir.Node]:
@@ -324,14 +350,25 @@ def _split_two_biases(add: ir.Node):
     return None, None, None, None
 
 
-def extra_bias_fails(extra: ir.Value | None, num_heads: int) -> Fail | None:
+def extra_bias_fails(graph: ir.Graph, extra: ir.Value | None, num_heads: int) -> Fail | None:
     """Why a second bias cannot join the mask in attention_bias, or None."""
     if extra is None:
         return None
+    if rank(extra) == 3:  # [N|1, 1, T], broadcast as [1, N|1, 1, T] (MPT's ALiBi: a slice of a buffer)
+        dims = _probe_dims(graph, extra) or constant_dims(graph, extra) or list(extra.shape)
+        if dims[0] in (1, num_heads) and dims[1] == 1:
+            return None
+        return fail("mask", f"the bias '{extra.name}' added beside the mask is {[str(d) for d in extra.shape]}, "
+                    f"not [1 or {num_heads}, 1, key]", producer(extra))
     problem = check_mask(extra, num_heads)
-    if problem is None:
+    if problem is None or _one_query_row(extra):
         return None
     return fail("mask", f"the bias added beside the mask: {problem[0]}", problem[1])
+
+
+def _one_query_row(bias: ir.Value) -> bool:
+    """A [B|1, N|1, 1, T] bias: one row, repeated over the queries (ALiBi)."""
+    return rank(bias) == 4 and bias.shape[2] == 1
 
 
 def with_extra_bias(op: ir.tape.Tape, match: Match, bias: ir.Value | None) -> ir.Value | None:
@@ -339,6 +376,12 @@ def with_extra_bias(op: ir.tape.Tape, match: Match, bias: ir.Value | None) -> ir
     extra = match.captures.get("extra_bias")
     if extra is None:
         return bias
+    if rank(extra) == 3:
+        axes = unique_initializer(op, match.graph, np.array([0], np.int64), "attention_bias_batch_axis")
+        extra = op.op("Unsqueeze", [extra, axes], name=f"{RULE_NAME}/{match.anchor}/bias_batch")
+        extra = expand_over_queries(op, match, extra)
+    elif _one_query_row(extra):
+        extra = expand_over_queries(op, match, extra)
     if bias is None:
         return extra
     return op.op("Add", [extra, bias], name=f"{RULE_NAME}/{match.anchor}/biases")
@@ -455,7 +498,7 @@ def heads_bias(op: ir.tape.Tape, match: Match, x_shape_source: ir.Value) -> ir.V
     return with_extra_bias(op, match, bias)
 
 
-def expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
+def expand_over_queries(op: ir.tape.Tape, match: Match, bias: ir.Value | None = None) -> ir.Value:
     """Expand(mask, [1, 1, S, 1]) with S read at run time from the block input [B, S, hidden], or
     from Q in heads [B, N, S, H] in the heads form."""
     graph, name = match.graph, f"{RULE_NAME}/{match.anchor}"
@@ -466,4 +509,5 @@ def expand_over_queries(op: ir.tape.Tape, match: Match) -> ir.Value:
     shape = op.op("Shape", [match.x], name=f"{name}/x_shape")
     seq = op.op("Gather", [shape, axis], {"axis": 0}, name=f"{name}/seq")
     target = op.op("Concat", [one_one, seq, one], {"axis": 0}, name=f"{name}/mask_shape")
-    return op.op("Expand", [match.mask, target], name=f"{name}/mask_rows")
+    bias = match.mask if bias is None else bias
+    return op.op("Expand", [bias, target], name=f"{name}/{'mask' if bias is match.mask else 'bias'}_rows")

@@ -42,6 +42,9 @@ PINNED = {
                           "com.microsoft.SkipLayerNormalization": 4},
     "bloom_torchscript.onnx": {"LayerNormalization": 4, "Reshape": 1, "com.microsoft.Attention": 2,
                                "com.microsoft.FastGelu": 2, "com.microsoft.SkipLayerNormalization": 2},
+    # ALiBi [heads, 1, T] (a slice of a buffer by the sequence length) added under a finfo.min
+    # masked_fill, which absorbs it where it masks: it joins attention_bias, repeated over the queries
+    "mpt_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.SkipLayerNormalization": 4},
 }
 
 
