@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from runtime.backends import numpy_backend
 from runtime.kernels import compiled, cuda_fused
-from runtime.kernels.base import Kernel, UnsupportedOp
+from runtime.kernels.base import Kernel, ShapeMemo, UnsupportedOp
 
 MS = "com.microsoft"
 
@@ -74,6 +74,7 @@ class _SkipNormalization(Kernel):
         self.want_mean = _output_wanted(node, 1)
         self.want_inv_std = _output_wanted(node, 2)
         self.want_sum = _output_wanted(node, 3)
+        self._zeros = ShapeMemo()  # an absent beta or bias adds nothing: one zero row per width
 
     def _normalize(self, x, skip, gamma, beta, bias):
         xp = self.xp
@@ -127,17 +128,19 @@ class _SkipNormalization(Kernel):
 
     def _compiled_fits(self, x, skip, gamma, beta, bias):
         """float32 numpy, contiguous, skip (B, S, H), (1, S, H) or (S, H), 1-D gamma/beta/bias."""
-        params = [p for p in (gamma, beta, bias) if p is not None]
-        if not compiled.accepts(self.xp, x, skip, *params):
+        width = (x.shape[-1],)
+        if gamma.shape != width or beta is not None and beta.shape != width or bias is not None and bias.shape != width:
             return False
-        width = x.shape[-1]
-        return skip.shape in (x.shape, (1, *x.shape[1:]), x.shape[1:]) and all(
-            p.shape == (width,) for p in params
-        )
+        if skip.shape != x.shape and skip.shape not in ((1, *x.shape[1:]), x.shape[1:]):
+            return False
+        params = [p for p in (gamma, beta, bias) if p is not None]
+        return compiled.accepts(self.xp, x, skip, *params)
 
     def _normalize_compiled(self, x, skip, gamma, beta, bias):
         batch, seq, width = x.shape
-        zeros = np.zeros(width, np.float32)  # an absent beta or bias adds nothing
+        zeros = self._zeros.get(width)
+        if zeros is None:
+            zeros = self._zeros.keep(width, np.zeros(width, np.float32))  # read, never written
         out = np.empty_like(x)
         # Without the sum as an output, one scratch row, not `out`: aliased, the loop runs scalar.
         summed = np.empty_like(x) if self.want_sum else np.empty((1, width), np.float32)
