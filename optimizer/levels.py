@@ -36,6 +36,7 @@ from optimizer.fusions.rotary_embedding_fusion import RotaryEmbeddingFusion
 from optimizer.fusions.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
 from optimizer.fusions.skip_layer_norm_fusion import SkipLayerNormFusion
 from optimizer.fusions.slice_to_split_fusion import GatherSliceToSplitFusion
+from optimizer.fusions.transpose_optimizer import TransposeOptimizer
 from optimizer.fusions.unsqueeze_elimination import UnsqueezeElimination
 from optimizer.rule import Rule
 
@@ -91,6 +92,7 @@ EXTENDED: list[Rule] = BASIC_CLEANUPS + [
     ConvActivationFusion(),
     # Held back by the driver until the rest settle: rotary and attention read the Slices it replaces.
     GatherSliceToSplitFusion(),
+    TransposeOptimizer(),
     # Off unless asked for (it changes numerics): Gelu/BiasGelu -> FastGelu.
     GeluApproximation(),
 ]

@@ -65,6 +65,8 @@ FAMILIES = {
 # LayerNormalization inside SkipLayerNormalization or EmbedLayerNormalization, a MatMul's bias Add
 # (onnxruntime's Gemm) inside Attention's projection, SkipLayerNorm's bias or BiasGelu.
 COVERED_BY = {"LayerNorm": ("LayerNorm", "SkipLayerNorm", "EmbedLayerNorm"),
+              # onnxruntime makes the embedding sum's LayerNorm a SkipLayerNorm where ours fuses the lookups too
+              "SkipLayerNorm": ("SkipLayerNorm", "EmbedLayerNorm"),
               "Gemm": ("Gemm", "Attention", "SkipLayerNorm", "Gelu")}
 FAMILY_OF = {op: family for family, ops in FAMILIES.items() for op in ops}
 SHORT = {"Attention": "Attn", "LayerNorm": "LN", "SkipLayerNorm": "SkipLN", "EmbedLayerNorm": "EmbLN",

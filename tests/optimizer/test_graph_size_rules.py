@@ -159,3 +159,60 @@ def test_rotary_angles_computed_from_constants_fold_into_their_sin_and_cos_cache
     result = optimize(model, "basic")
     assert result.report.ops_after == {"Add": 1, "Mul": 2}
     assert_same_outputs(model, result)
+
+
+# --- TransposeOptimizer -----------------------------------------------------------------------------------
+
+NHWC, NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+
+
+def _residual_between_layouts(*, second_perm=NCHW, extra_reader=False):
+    """ConvNeXt's block end: Add(T(a), T(b)) back to channels-first, then permuted again."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="/a"),
+        helper.make_node("Sigmoid", ["x"], ["b"], name="/b"),
+        helper.make_node("Transpose", ["a"], ["ta"], name="/ta", perm=NCHW),
+        helper.make_node("Transpose", ["b"], ["tb"], name="/tb", perm=second_perm),
+        helper.make_node("Add", ["ta", "tb"], ["sum"], name="/add"),
+        helper.make_node("Transpose", ["sum"], ["y"], name="/back", perm=NHWC),
+        helper.make_node("Relu", ["ta"], ["z"], name="/other"),  # the first Transpose is read elsewhere too
+    ]
+    outputs = ["y", "z"]
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", ["sum"], ["w"], name="/neg"))
+        outputs.append("w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4, 3])
+    return _model(nodes, [x], outputs=outputs)
+
+
+def test_transposes_that_undo_each_other_across_an_add_go():
+    model = _residual_between_layouts()
+    result = optimize(model, "extended")
+    assert result.report.rules["TransposeOptimizer"].fired == 1
+    assert result.report.ops_after == {"Add": 1, "Relu": 2, "Sigmoid": 1, "Transpose": 1}
+    assert_same_outputs(model, result)
+
+
+def test_two_transposes_in_a_row_become_one_or_none():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="/r"),
+             helper.make_node("Transpose", ["r"], ["t1"], name="/t1", perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["t1"], ["t2"], name="/t2", perm=[0, 1, 3, 2]),
+             helper.make_node("Transpose", ["t2"], ["t3"], name="/t3", perm=[0, 1, 3, 2]),
+             helper.make_node("Transpose", ["t3"], ["y"], name="/t4", perm=[0, 2, 1, 3])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])])
+    result = optimize(model, "extended")
+    assert result.report.ops_after == {"Relu": 1}
+    assert_same_outputs(model, result)
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"second_perm": [0, 3, 2, 1]}, "inputs: input 'tb' of Add '/add' is not transposed by the inverse of "
+                            "Transpose '/back''s perm [0, 2, 3, 1]"),
+    ({"extra_reader": True}, "source: the result of Add '/add' is also read elsewhere, in its own layout"),
+])
+def test_transposes_that_do_not_cancel_stay_and_say_why(kwargs, reason):
+    model = _residual_between_layouts(**kwargs)
+    result = optimize(model, "extended")
+    assert result.report.rules["TransposeOptimizer"].fired == 0
+    assert reason in _misses(result.report, "TransposeOptimizer")
+    assert_same_outputs(model, result)

@@ -77,6 +77,7 @@ NEGATIVES = {
     "MatmulTransposeFusion": lambda: _single("MatMul", ["x", "w"], initializers=[numpy_helper.from_array(np.ones((16, 8), np.float32), "w")]),
     "GemmActivationFusion": lambda: _gemm(),
     "PadFusion": lambda: _single("Pad", ["x", "pads"], initializers=[_ints("pads", [0, 0, 1, 0, 0, 1])]),
+    "TransposeOptimizer": lambda: _single("Transpose", ["x"], perm=[0, 2, 1]),
     "GatherSliceToSplitFusion": lambda: _single("Slice", ["x", "s", "e"],
                                                 initializers=[_ints("s", [1]), _ints("e", [3])]),
     "ConvActivationFusion": lambda: _single("Conv", ["x", "w"], initializers=[numpy_helper.from_array(np.ones((4, 2, 1), np.float32), "w")]),
