@@ -153,7 +153,9 @@ def _allowed_url(url: str, allow_file: bool) -> bool:
     if not url or len(url) > 2000 or any(c.isspace() or c in "\\\0" for c in url) or url.startswith("-"):
         return False
     if url.startswith(("https://", "ssh://")):
-        return "::" not in url
+        # A host (or user) starting with '-' would reach ssh as an option (-oProxyCommand=...).
+        authority = url.split("://", 1)[1].split("/", 1)[0]
+        return "::" not in url and bool(authority) and not authority.startswith("-") and "@-" not in authority
     if url.startswith("file://"):
         return allow_file and ".." not in PurePosixPath(url.removeprefix("file://")).parts
     return bool(_SCP_LIKE.fullmatch(url)) and ".." not in url

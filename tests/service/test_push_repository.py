@@ -186,7 +186,8 @@ def test_unreachable_missing_oversized_and_lfs_files_are_refused_by_name(client,
 @pytest.mark.parametrize("url", [
     "ext::sh -c touch% /tmp/pwned", "-uhelp", "--upload-pack=touch /tmp/pwned", "http://example.com/r.git",
     "https://example.com/r.git\nx", "fd::17", "git@host:../../etc", "file:///srv/../etc", "/srv/models.git",
-    "ssh://host/r.git --upload-pack=x",
+    "ssh://host/r.git --upload-pack=x", "ssh://-oProxyCommand=touch%20/tmp/pwned/r.git",
+    "ssh://git@-oProxyCommand=x/r.git", "https:///r.git",
 ])
 def test_hostile_repository_urls_are_refused(client, url):
     reply = client.post("/api/v1/projects", json={"name": "hostile", "repository": {"url": url, "models": ["m.onnx"]}})
