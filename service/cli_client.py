@@ -196,6 +196,21 @@ def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:
         colour = "yellow" if alert["kind"] in ("fusion-change",) else "red"
         # One line per alert, however long: a CI log is grepped for them.
         console.print(f"[{colour}]{alert['kind']}[/{colour}] {escape(alert['message'])}", highlight=False, soft_wrap=True)
+        for line in _regression_details(alert):
+            console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+
+
+def _regression_details(alert: dict[str, Any]) -> list[str]:
+    """Under a fusion-regression's line: its near misses as a person reads them, and its repro."""
+    if alert["kind"] != "fusion-regression":
+        return []
+    cause = alert.get("cause") or {}
+    lines = [f"near miss: {line}" for line in cause.get("near_miss_lines") or []]
+    if alert.get("repro_url"):
+        lines.append(f"repro: {alert['repro_url']} (this commit's subgraph), {alert['repro_url']}?side=baseline")
+    elif alert.get("repro_error"):
+        lines.append(f"no repro: {alert['repro_error']}")
+    return lines
 
 
 def print_measurements(console: Console, rows: Iterable[tuple[str, Any]], title: str = "Medians, ms") -> None:

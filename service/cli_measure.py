@@ -162,6 +162,8 @@ def analyze_command(
     feeds: Annotated[
         list[str], typer.Option("--feeds", help="NAME=FILE.npz: your own inputs, checked beside the synthesized ones (repeatable)")
     ] = [],  # noqa: B006
+    show_all: Annotated[bool, typer.Option("--all", help="list every near miss, also anchors that failed "
+                                                         "their rule's first check")] = False,
 ) -> None:
     """Everything about MODEL, locally, no server: levels × engines, fused ops, timings, near misses.
 
@@ -189,19 +191,34 @@ def analyze_command(
     if compare:
         print_comparisons(console, measured)
     # Our optimizer's near misses are the same for both engines at a level; list each once with its levels.
+    from service.alerts.near_miss_order import failed_first_check
+
     misses: dict[tuple[str, str, str], list[str]] = {}
+    steps: dict[tuple[str, str, str], dict[str, Any]] = {}
     for _, m in measured:
         for miss in m.near_misses:
-            at = misses.setdefault((miss["rule"], miss["anchor"], miss["reason"]), [])
+            key = (miss["rule"], miss["anchor"], miss["reason"])
+            at = misses.setdefault(key, [])
+            steps.setdefault(key, miss)
             if m.level not in at:
                 at.append(m.level)
     if not misses:
         console.print("no near misses: every rule fired wherever its pattern started to match")
         return
+    # Anchors that are merely not where a pattern starts say nothing about this model: counted, not listed.
+    counted: dict[str, int] = {}
     table = Table("rule", "anchor", "why it did not fire", "levels", title="Near misses")
-    for (rule, anchor, reason), at in misses.items():
-        table.add_row(escape(rule), escape(anchor), escape(reason), ", ".join(at))
-    console.print(table)
+    for key, at in misses.items():
+        if not show_all and failed_first_check(steps[key]):
+            counted[key[0]] = counted.get(key[0], 0) + 1
+            continue
+        table.add_row(escape(key[0]), escape(key[1]), escape(key[2]), ", ".join(at))
+    if table.row_count:
+        console.print(table)
+    if counted:
+        what = ", ".join(f"{rule} {n}" for rule, n in counted.items())
+        console.print(f"and {sum(counted.values())} anchor(s) that failed their rule's first check ({what}); "
+                      "--all lists them", highlight=False, markup=False)
 
 
 def _suspected(reply: dict[str, Any]) -> set[tuple[str, str, str]]:

@@ -74,12 +74,11 @@ def measure(
             for name, reason in (unusable_feed_sets or {}).items()
         ]
         divergence = worst.to_dict() if worst is not None else None
-    fusions = dict(timed.fusions) if engine == "onnxruntime" else dict(report.fusions)
     return Measurement(
         engine=engine,
         engine_version=timed.engine_version,
         level=level,
-        fusions=fusions,
+        fusions=dict(timed.fusions),
         execute_ms=list(timed.execute_samples_ms),
         model_run_ms=list(timed.model_run_samples_ms),
         ops_after=dict(timed.ops_after),

@@ -84,7 +84,7 @@ class _HFWrapper(nn.Module):
 
 
 def _build_hf(kind: str, *, layers, hidden, heads, intermediate, vocab, positions,
-              attn_implementation):
+              attn_implementation, hidden_act: str | None = None):
     # Imported lazily so importing this module (e.g. from the benchmark) stays cheap.
     from transformers import (
         BertConfig,
@@ -106,7 +106,7 @@ def _build_hf(kind: str, *, layers, hidden, heads, intermediate, vocab, position
             num_attention_heads=heads,
             intermediate_size=intermediate,
             max_position_embeddings=positions,
-            hidden_act="gelu",  # config default: exact erf GELU
+            hidden_act=hidden_act or "gelu",  # config default: exact erf GELU
             attn_implementation=attn_implementation,
         )
         model = BertModel(cfg)
@@ -292,7 +292,7 @@ def check_against_torch(model: nn.Module, arg_sets: list[tuple], path: Path, inp
 def export_hf(kind: str, exporter: str, path, *, layers: int, hidden: int, heads: int,
               intermediate: int, seq: int, vocab: int, attn_implementation: str = "sdpa",
               opset: int, positions: int | None = None, dynamic: bool = True, batch: int = 1,
-              verify: bool = True) -> Path:
+              verify: bool = True, hidden_act: str | None = None) -> Path:
     """Export a random-weight BertModel ("bert") or GPT2Model ("gpt2") to ONNX at `path`.
 
     exporter: "torchscript" (torch.onnx.export dynamo=False) or "dynamo" (dynamo=True).
@@ -300,13 +300,16 @@ def export_hf(kind: str, exporter: str, path, *, layers: int, hidden: int, heads
     1024 (GPT-2). The tiny fixtures pass 64, since a full table would dominate their size.
     dynamic: batch and sequence axes are symbolic ("batch", "seq") in the exported file.
     verify: compare onnxruntime against PyTorch on the example inputs.
+    hidden_act: BERT's MLP activation ("gelu_new": the tanh approximation, "quick_gelu":
+    x*sigmoid(1.702x)); None keeps the config default.
     """
     if positions is None:
         positions = 512 if kind in ("bert", "bert_notype", "roberta") else 1024
     if seq > positions:
         raise ValueError(f"seq={seq} exceeds the position table ({positions})")
     model = _build_hf(kind, layers=layers, hidden=hidden, heads=heads, intermediate=intermediate,
-                      vocab=vocab, positions=positions, attn_implementation=attn_implementation)
+                      vocab=vocab, positions=positions, attn_implementation=attn_implementation,
+                      hidden_act=hidden_act)
     args = _hf_example_inputs(kind, seq, vocab, batch)
     axes = None
     if dynamic:
@@ -451,6 +454,18 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for name, kind, exporter, opset in user_jobs:
         export_hf(kind, exporter, out / name, opset=opset, **USER)
+        print(f"wrote {out / name} ({os.path.getsize(out / name)} bytes)")
+    # The BERT of bert_torchscript_opset14.onnx as a model repository changes it (the alerts'
+    # tests, docs/alerts.md): another exporter opset, where LayerNormalization is written by the
+    # exporter instead of fused, and the MLP's GELU rewritten as the tanh approximation and as
+    # x*sigmoid(1.702x), where BiasGeluFusion no longer fires.
+    variant_jobs = [
+        ("bert_torchscript_opset17.onnx", 17, None),
+        ("bert_tanhgelu_torchscript_opset14.onnx", 14, "gelu_new"),
+        ("bert_quickgelu_torchscript_opset14.onnx", 14, "quick_gelu"),
+    ]
+    for name, opset, act in variant_jobs:
+        export_hf("bert", "torchscript", out / name, opset=opset, hidden_act=act, **TINY)
         print(f"wrote {out / name} ({os.path.getsize(out / name)} bytes)")
     # The dynamic dynamo export pinned to batch 1 afterwards: unlike a static export, its shape
     # arithmetic stays in the graph, so shape inference alone names the batch `unk__N`.

@@ -37,12 +37,26 @@ def deliver(session_factory: Callable[[], Session], alert_ids: list[int]) -> Non
                 continue  # a timing alert is delivered once a second measurement confirms it
             hooks = session.scalars(select(Hook).where(Hook.project_id == alert.project_id)).all()
             body = alert_dict(session, alert) if hooks else None
+            # One alert can stand for several results (both engines' lost BiasGelu): each hook hears of it once.
+            tried = set(session.scalars(select(AlertDelivery.hook_id).where(AlertDelivery.alert_id == alert.id)))
             for hook in hooks:
-                payload = {"text": f"[fusionwatch] {alert.kind}: {alert.message}"} if hook.format == "slack" else {"alert": body}
+                if hook.id in tried:
+                    continue
+                payload = {"text": _slack_text(alert, body)} if hook.format == "slack" else {"alert": body}
                 posts.append((alert.id, hook.id, hook.url, payload))
         session.rollback()
     for alert_id, hook_id, url, payload in posts:
         _post_with_retries(session_factory, alert_id, hook_id, url, payload)
+
+
+def _slack_text(alert: Alert, body: dict | None) -> str:
+    """The message, and under a fusion-regression its near misses as a person reads them."""
+    lines = [f"[fusionwatch] {alert.kind}: {alert.message}"]
+    cause = (body or {}).get("cause") or {}
+    lines += [f"• {line}" for line in cause.get("near_miss_lines") or []]
+    if body and body.get("repro_url"):
+        lines.append(f"repro: {body['repro_url']} and {body['repro_url']}?side=baseline")
+    return "\n".join(lines)
 
 
 def _post_with_retries(session_factory, alert_id: int, hook_id: int, url: str, payload: dict) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import onnx
 
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.result import EngineResult
@@ -52,6 +53,10 @@ class Engine(Protocol):
         disabled: tuple[str, ...] = (),
         custom_ops: CustomOps = NO_CUSTOM_OPS,
     ) -> EngineResult: ...
+
+    def optimized_graph(
+        self, model_path: Path, level: str, disabled: tuple[str, ...] = (), custom_ops: CustomOps = NO_CUSTOM_OPS
+    ) -> onnx.ModelProto: ...
 
 
 @contextmanager

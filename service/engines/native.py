@@ -1,7 +1,8 @@
 """Our engine: fusionwatch's optimizer at the level, then its SequentialExecutor (runtime/).
 
-Counts come from the optimizer's own report for the session (`session.optimize_result.report`),
-so they are exactly what `fusionwatch optimize` says; timings from the session's profile trace,
+Counts come from the optimizer's own report for the session (`session.optimize_result.report`):
+the optimized graph's ops, and among them the fused ones (optimizer/fused_ops.py) counted as
+onnxruntime's are; timings from the session's profile trace,
 written to a temporary folder and gone once read.
 """
 
@@ -14,8 +15,12 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnx_ir as ir
 
 import runtime
+from optimizer import optimize
+from optimizer.fused_ops import fused_op_counts
 from service.engines.base import failing_as
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.engines.feeds import describe_feeds, feeds_digest
@@ -24,6 +29,13 @@ from service.engines.result import EngineResult, read_timings
 
 class FusionwatchEngine:
     name = "fusionwatch"
+
+    def optimized_graph(
+        self, model_path: Path, level: str, disabled: tuple[str, ...] = (), custom_ops: CustomOps = NO_CUSTOM_OPS
+    ) -> onnx.ModelProto:
+        """The graph our session runs for `model_path` at `level`."""
+        with failing_as(self.name, level, model_path, "could not optimize"):
+            return ir.serde.serialize_model(optimize(model_path, level=level, disabled=disabled).model)
 
     def version(self) -> str:
         return package_version("fusionwatch")
@@ -67,7 +79,7 @@ class FusionwatchEngine:
             threads=threads,
             runs=timings.runs,
             ops_after=dict(report.ops_after),
-            fusions=dict(report.fusions),
+            fusions=fused_op_counts(report.ops_after),
             nodes_after=report.nodes_after,
             model_run_ms=timings.model_run_ms,
             execute_ms=timings.execute_ms,

@@ -8,12 +8,8 @@ counted in `session_ms`; should onnxruntime fail to write it (it warns that grap
 layout ops are machine-specific, and older releases refused some), the timings still stand and
 `graph_error` says why the counts are missing.
 
-onnxruntime does not mark the nodes its transformers create, as our optimizer does, so a fused
-op here is a node whose op is one our rules emit at this level (optimizer/rule.py `emits`,
-optimizer/levels.py) and that the original graph has no node of that name and op for (a
-FusedConv keeps its Conv's name, a Gemm from MatMulAddFusion gets a new one). A fusion that
-rewrites a node in place, keeping name and op (ConvBNFusion's Conv), does not count; onnxruntime's
-NCHWc ops (com.microsoft.nchwc.*) are in `ops_after` only, as no rule of ours emits them.
+Fused ops are counted as for our engine (optimizer/fused_ops.py): the optimized graph's ops that
+are products of fusion, whichever transformer, or the exporter, put them there.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from optimizer.levels import LEVELS
+from optimizer.fused_ops import fused_op_counts
 from optimizer.match import op_key
 from runtime.options import ORT_LEVEL_NAMES
 from service.engines.base import EngineError, failing_as
@@ -42,8 +38,8 @@ LEVEL_MEMBERS = {ours: member for member, ours in ORT_LEVEL_NAMES.items()}
 # ORT_ENABLE_ALL, the lowest level that had them; that is the level that matches our layout.
 LAYOUT_FALLBACK = "ORT_ENABLE_ALL"
 OPTIMIZED_MODEL = "optimized.onnx"
-# onnxruntime's MatMulAddFusion wraps each Gemm it makes in Reshapes with these names; they are
-# its helpers, as our MatMulAddFusion's Reshapes are, not ReshapeFusion's fused Reshapes.
+# onnxruntime's MatMulAddFusion wraps each Gemm it makes in Reshapes with these names: its helpers, not
+# nodes a fusion stands for (compare_onnxruntime.py attributes tensors to the fusions that made them).
 HELPER_NAME_PREFIXES = ("gemm_input_reshape", "gemm_output_reshape")
 
 
@@ -55,27 +51,10 @@ def graph_optimization_level(level: str) -> tuple[str, ort.GraphOptimizationLeve
     return member, getattr(ort.GraphOptimizationLevel, member)
 
 
-def fused_op_keys(level: str) -> frozenset[str]:
-    """The op keys our rules at `level` emit: the keys our report's `fusions` can have."""
-    return frozenset(key for rule in LEVELS[level] for key in rule.emits)
-
-
-def count_ops(
-    optimized: onnx.ModelProto, original: onnx.ModelProto, level: str
-) -> tuple[dict[str, int], dict[str, int]]:
+def count_ops(optimized: onnx.ModelProto) -> tuple[dict[str, int], dict[str, int]]:
     """(ops_after, fusions) of onnxruntime's optimized graph, keyed as our report keys them."""
-    keys = fused_op_keys(level)
-    existing = {(node.name, op_key(node)) for node in original.graph.node}
-    nodes = list(optimized.graph.node)
-    ops_after = Counter(op_key(node) for node in nodes)
-    fusions = Counter(
-        op_key(node)
-        for node in nodes
-        if op_key(node) in keys
-        and (node.name, op_key(node)) not in existing
-        and not node.name.startswith(HELPER_NAME_PREFIXES)
-    )
-    return dict(sorted(ops_after.items())), dict(sorted(fusions.items()))
+    ops_after = dict(sorted(Counter(op_key(node) for node in optimized.graph.node).items()))
+    return ops_after, fused_op_counts(ops_after)
 
 
 class OnnxruntimeEngine:
@@ -121,8 +100,7 @@ class OnnxruntimeEngine:
         if graph is None:
             ops_after, fusions, nodes_after = {}, {}, None
         else:
-            original = onnx.load(str(model_path), load_external_data=False)
-            ops_after, fusions = count_ops(graph, original, level)
+            ops_after, fusions = count_ops(graph)
             nodes_after = len(graph.graph.node)
         return EngineResult(
             engine=self.name,
@@ -145,6 +123,18 @@ class OnnxruntimeEngine:
             feeds_digest=feeds_digest(feeds),
             graph_error=graph_error,
         )
+
+    def optimized_graph(
+        self, model_path: Path, level: str, disabled: tuple[str, ...] = (), custom_ops: CustomOps = NO_CUSTOM_OPS
+    ) -> onnx.ModelProto:
+        """The graph onnxruntime runs for `model_path` at `level` (weights left on disk); EngineError if
+        it cannot write it."""
+        member, value = graph_optimization_level(level)
+        with tempfile.TemporaryDirectory(prefix="fusionwatch-onnxruntime-") as name:
+            graph, error = self._optimized_graph(model_path, member, value, Path(name), disabled, custom_ops)
+        if graph is None:
+            raise EngineError(self.name, level, model_path, error)
+        return graph
 
     def _optimized_graph(
         self, model_path: Path, member: str, value: ort.GraphOptimizationLevel, folder: Path, disabled: tuple[str, ...],
@@ -195,9 +185,4 @@ def optimized_counts(
     model_path: Path, level: str, disabled: tuple[str, ...] = (), custom_ops: CustomOps = NO_CUSTOM_OPS
 ) -> tuple[dict[str, int], dict[str, int]]:
     """(ops_after, fusions) of onnxruntime at `level`, without timing a run: what `fusionwatch check` compares."""
-    member, value = graph_optimization_level(level)
-    with tempfile.TemporaryDirectory(prefix="fusionwatch-onnxruntime-") as name:
-        graph, error = OnnxruntimeEngine()._optimized_graph(model_path, member, value, Path(name), disabled, custom_ops)
-    if graph is None:
-        raise EngineError(OnnxruntimeEngine.name, level, model_path, error)
-    return count_ops(graph, onnx.load(str(model_path), load_external_data=False), level)
+    return count_ops(OnnxruntimeEngine().optimized_graph(model_path, level, disabled, custom_ops))

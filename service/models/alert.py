@@ -37,13 +37,23 @@ class Alert(Base):
     before: Mapped[float | None] = mapped_column(Float)
     after: Mapped[float | None] = mapped_column(Float)
     change_pct: Mapped[float | None] = mapped_column(Float)
-    # Every op whose count moved, for fusion alerts: [{"op", "rule", "before", "after", "change_pct"}];
-    # op/rule/before/after above repeat the leading one.
+    # fusion-regression: one alert per (project, commit, model, lost op), and here every engine and
+    # level that lost it: [{"engine", "level", "engine_version", "before", "after", "baseline_commit", ...}];
+    # fusion-change: every op whose count rose, [{"op", "rule", "before", "after", "change_pct"}].
+    # op/rule/before/after above repeat the first.
     changes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     message: Mapped[str] = mapped_column(Text)
     near_misses: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # Why a fusion-regression happened (service/alerts/cause.py): {"text", "rule", "depends_on",
+    # "near_misses", "structure", "looked_at"}; "text" is the stable one-paragraph answer.
+    cause: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     acknowledged_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(100))  # the token's name
+    acknowledged_note: Mapped[str | None] = mapped_column(Text)
+    # A fusion-regression's count came back at this later commit, for every engine and level that lost it.
+    resolved_by_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commit.id", ondelete="SET NULL"))
+    resolved_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     # Timing alerts: the measurement that confirmed a suspected one (a re-measurement or the next commit).
     confirmed_result_id: Mapped[int | None] = mapped_column(ForeignKey("result.id", ondelete="SET NULL"))
     confirmed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -1,7 +1,8 @@
-"""List, describe and acknowledge alerts."""
+"""List, describe and acknowledge alerts, and hand out a fusion-regression's reproduction models."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -11,6 +12,7 @@ from service.errors import Invalid, NotFound
 from service.models import Alert, Commit, Model, Project, Result
 from service.models.base import utc_now
 from service.models.vocabulary import ALERT_KINDS, ALERT_STATES
+from service.storage import ModelStore
 
 
 def alert_dict(session: Session, alert: Alert) -> dict[str, Any]:
@@ -20,6 +22,8 @@ def alert_dict(session: Session, alert: Alert) -> dict[str, Any]:
         return None if commit_id is None else session.get(Commit, commit_id).sha
 
     model = session.get(Model, alert.model_id) if alert.model_id else None
+    cause = alert.cause or {}
+    repro = (cause.get("structure") or {}).get("repro") or {}
     return {
         "id": alert.id,
         "kind": alert.kind,
@@ -39,9 +43,45 @@ def alert_dict(session: Session, alert: Alert) -> dict[str, Any]:
         "changes": alert.changes,
         "message": alert.message,
         "near_misses": alert.near_misses,
+        # Why (fusion-regression): "cause_text" is the stable one-paragraph answer other tools quote.
+        "cause_text": cause.get("text"),
+        "cause": cause or None,
+        "engines": [{"engine": e.get("engine"), "level": e.get("level")} for e in alert.changes if "engine" in e],
+        "repro_url": f"/api/v1/alerts/{alert.id}/repro" if "commit" in repro else None,
+        "repro_error": repro.get("error"),
+        "cost": cause.get("cost"),
         "created_at": alert.created_at.isoformat(),
         "confirmed_by": sha(session.get(Result, alert.confirmed_result_id).commit_id) if alert.confirmed_result_id else None,
+        "resolved_by": sha(alert.resolved_by_commit_id),
+        "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
+        "acknowledged_at": alert.acknowledged_at.isoformat() if alert.acknowledged_at else None,
+        "acknowledged_by": alert.acknowledged_by,
+        "acknowledged_note": alert.acknowledged_note,
     }
+
+
+def get_alert(session: Session, alert_id: int) -> Alert:
+    alert = session.get(Alert, alert_id)
+    if alert is None:
+        raise NotFound(f"no alert {alert_id}")
+    return alert
+
+
+REPRO_SIDES = ("commit", "baseline")
+
+
+def repro_file(session: Session, store: ModelStore, alert_id: int, side: str) -> tuple[Path, str]:
+    """(path, download name) of a fusion-regression's reproduction model on `side`."""
+    if side not in REPRO_SIDES:
+        raise Invalid(f"side must be one of {list(REPRO_SIDES)}, got {side[:50]!r}")
+    alert = get_alert(session, alert_id)
+    repro = ((alert.cause or {}).get("structure") or {}).get("repro") or {}
+    if side not in repro:
+        why = repro.get("error") or "no reproduction model was made for it"
+        raise NotFound(f"alert {alert_id} has no {side} reproduction model: {why}")
+    stored = store.get(repro[side]["sha256"], repro[side]["filename"])
+    short_op = (alert.op or "fusion").rsplit(".", 1)[-1]
+    return stored.path, f"repro-{alert_id}-{short_op}-{side}.onnx"
 
 
 def list_alerts(
@@ -83,12 +123,19 @@ def alert_project(session: Session, alert_id: int) -> Project:
     return project
 
 
-def acknowledge(session: Session, alert_id: int) -> Alert:
-    alert = session.get(Alert, alert_id)
-    if alert is None:
-        raise NotFound(f"no alert {alert_id}")
-    if alert.state != "acknowledged":
-        alert.state, alert.acknowledged_at = "acknowledged", utc_now()
+MAX_NOTE_CHARS = 2000
+
+
+def acknowledge(session: Session, alert_id: int, note: str | None = None, by: str | None = None) -> Alert:
+    """Someone has seen it: who, when and what they noted. A resolved alert stays resolved."""
+    if note is not None and len(note) > MAX_NOTE_CHARS:
+        raise Invalid(f"an acknowledgement note is at most {MAX_NOTE_CHARS} characters, got {len(note)}")
+    alert = get_alert(session, alert_id)
+    if alert.state not in ("acknowledged", "resolved"):
+        alert.state = "acknowledged"
+    if alert.acknowledged_at is None or note:
+        alert.acknowledged_at, alert.acknowledged_by = utc_now(), (by or "")[:100] or None
+        alert.acknowledged_note = note or alert.acknowledged_note
     return alert
 
 

@@ -11,7 +11,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.alerts.detect import rule_for_op
+from optimizer.levels import rule_dependencies
+from service.alerts.fusion_alerts import rule_for_op
+from service.alerts.near_miss_order import readable
 from service.engines.compare import describe_row
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.usecases.baselines import find_baseline
@@ -52,7 +54,9 @@ class ResultDiff:
     ops: list[Change]  # ops whose count moved
     kernels: list[Change]  # largest absolute time changes first
     stopped_rules: list[str]  # rules whose fused op dropped
-    near_misses: list[dict[str, Any]] = field(default_factory=list)  # those rules' near misses
+    near_misses: list[dict[str, Any]] = field(default_factory=list)  # those rules' and their producers' near misses
+    near_miss_lines: list[str] = field(default_factory=list)  # the same as a person reads them (near_miss_order.py)
+    depends_on: list[str] = field(default_factory=list)  # the rules that produce the stopped rules' anchors
     stopped_entirely: bool = False  # every dropped fused op fell to zero: the rules stopped firing
     # Our engine's kernel library per family, this result's and the baseline's ({} where not recorded).
     libraries: dict[str, str] = field(default_factory=dict)
@@ -150,6 +154,9 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
     ops = [c for c in _counts(baseline.ops_after if baseline else {}, result.ops_after) if c.before != c.after]
     dropped = [c.name for c in fusions if (c.after or 0) < (c.before or 0)]
     stopped = list(dict.fromkeys(rule_for_op().get(op, op) for op in dropped))
+    depends_on = [dep for rule in stopped for dep in rule_dependencies(rule) if dep not in stopped]
+    asked = [*stopped, *dict.fromkeys(depends_on)]
+    misses = [m for m in result.near_misses if m.get("rule") in asked]
     return ResultDiff(
         model=model_name,
         engine=result.engine,
@@ -164,7 +171,9 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
         ops=ops,
         kernels=_kernel_changes(baseline.top_kernels if baseline else [], result.top_kernels),
         stopped_rules=stopped,
-        near_misses=[m for m in result.near_misses if m.get("rule") in stopped],
+        near_misses=misses,
+        near_miss_lines=readable(misses, asked),
+        depends_on=list(dict.fromkeys(depends_on)),
         stopped_entirely=bool(dropped) and all(not c.after for c in fusions if c.name in dropped),
         libraries=dict(result.kernel_libraries or {}),
         baseline_libraries=dict(baseline.kernel_libraries or {}) if baseline else {},

@@ -118,7 +118,7 @@ def commit_diff(session: Session, project: Project, sha: str) -> dict[str, Any]:
                 "top_kernels": result.top_kernels,
                 "kernel_libraries": {"before": baseline.kernel_libraries if baseline else None,
                                      "after": result.kernel_libraries},
-                "near_misses": result.near_misses[:50],
+                "near_misses": result.near_misses,  # every one stored: machines read all of them
             }
         )
     return {"project": project.name, "commit": commit.sha, "branch": commit.branch, "models": entries}

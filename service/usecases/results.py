@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from optimizer.fused_ops import fused_op_counts
 from service.alerts.detect import detect
 from service.errors import Invalid
 from service.models import Alert, Commit, Machine, Model, Project, Result, ResultFusion, Run
 from service.protocol import protocol_for
 from service.stats import summarize
+from service.storage import ModelStore
 from service.usecases.baselines import find_baseline
 from service.usecases.history_points import record_point
 from service.usecases.retention import prune_samples
@@ -93,8 +95,10 @@ def record_result(
     machine: Machine,
     job_id: int | None = None,
     model_file_id: int | None = None,
+    store: ModelStore | None = None,
 ) -> tuple[Result, list[Alert]]:
-    """Store the result and the alerts its comparison raised; both in the caller's transaction."""
+    """Store the result and the alerts its comparison raised; both in the caller's transaction. With
+    `store`, a fusion-regression is explained on the stored model files (structure, repro, cost)."""
     m = measurement
     if len(m.execute_ms) > MAX_SAMPLES or len(m.model_run_ms) > MAX_SAMPLES:
         raise Invalid(f"at most {MAX_SAMPLES} timing samples per result")
@@ -102,8 +106,11 @@ def record_result(
         raise Invalid("timing samples must be non-negative numbers of milliseconds")
     if m.canary_ms is not None and not m.canary_ms > 0:
         raise Invalid("canary_ms must be a positive number of milliseconds")
-    if any(not isinstance(c, int) or c < 0 for c in m.fusions.values()):
-        raise Invalid("fused-op counts must be non-negative integers")
+    if any(not isinstance(c, int) or c < 0 for c in [*m.fusions.values(), *m.ops_after.values()]):
+        raise Invalid("fused-op and op counts must be non-negative integers")
+    if m.ops_after:
+        # A count means what the optimized graph runs, however the poster counted (optimizer/fused_ops.py).
+        m = replace(m, fusions=fused_op_counts(m.ops_after))
     stats = summarize(m.execute_ms)
     project = session.get(Project, run.project_id)
     protocol = protocol_for(project.settings)
@@ -159,6 +166,7 @@ def record_result(
         session.get(Commit, run.commit_id),
         session.get(Commit, baseline.commit_id) if baseline else None,
         protocol,
+        store,
     )
     session.add_all(alerts)
     session.flush()

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from service import queue
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
-from service.auth import PAGE_ACCESS, may_create_projects, may_write_to
+from service.auth import PAGE_ACCESS, may_create_projects, may_write_to, principal_of
 from service.errors import Invalid, NotFound, ServiceError
 from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, ENGINES, LEVEL_NAMES, NEEDS_ATTENTION
 from service.protocol import protocol_for
@@ -155,11 +155,13 @@ def read_alerts_page(
 
 @router.post("/alerts/{alert_id}/ack")
 def acknowledge_alert_form(
-    request: Request, session: SessionDep, alert_id: int, next: Annotated[str, Form()] = "/alerts"
+    request: Request, session: SessionDep, alert_id: int, next: Annotated[str, Form()] = "/alerts",
+    note: Annotated[str, Form(max_length=2000)] = "",
 ) -> Response:
     with session.begin():
         may_write_to(request, alert_usecases.alert_project(session, alert_id))
-        alert_usecases.acknowledge(session, alert_id)
+        principal = principal_of(request)
+        alert_usecases.acknowledge(session, alert_id, note or None, principal.name if principal else None)
     return RedirectResponse(local_path(next, "/alerts"), status_code=303)
 
 

@@ -9,6 +9,8 @@ from urllib.parse import quote, urlencode
 
 from fastapi.templating import Jinja2Templates
 
+from service.alerts.repro import command
+
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 
@@ -61,7 +63,14 @@ def query(params: dict) -> str:
     return urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 
-templates.env.filters.update(ms=ms, pct=pct, error=error, iso=iso, utc=utc, sparkline=sparkline, short_op=short_op,
+def repro_command(alert: dict) -> str:
+    """The one line that shows a regression's repro pair doing and not doing the fusion."""
+    repro = alert["cause"]["structure"]["repro"]
+    stem = f"repro-{alert['id']}-{alert['op'].rsplit('.', 1)[-1]}"
+    return command(repro["engine"], repro["level"], repro["op"], [f"{stem}-commit.onnx", f"{stem}-baseline.onnx"])
+
+
+templates.env.filters.update(repro_command=repro_command, ms=ms, pct=pct, error=error, iso=iso, utc=utc, sparkline=sparkline, short_op=short_op,
                              query=query, combine_page=lambda params, page: dict(params, page=page), path=lambda s: quote(str(s), safe=""))
 
 

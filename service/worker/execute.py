@@ -72,7 +72,7 @@ def execute_job(
         machine_row = get_or_create_machine(session, machine)
         result, alerts = record_result(
             session, session.get(Run, job.run_id), session.get(Model, job.model_id), measurement, machine_row,
-            job_id=job.id, model_file_id=job.model_file_id,
+            job_id=job.id, model_file_id=job.model_file_id, store=store,
         )
         again = remeasure_job(session, result, alerts)  # first: the run then waits for it
         queue.finish(session, job)

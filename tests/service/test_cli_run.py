@@ -43,13 +43,16 @@ def test_run_posts_an_engines_commits_and_the_disabled_rule_is_a_regression(tmp_
 
         second = _run(base, "e2" * 20, "--parent", "e1" * 20, "--disable", "BiasGeluFusion", "--fail-on-regression")
         assert second.returncode == 1, second.stdout + second.stderr
-        lines = [line for line in second.stdout.splitlines() if line.startswith("fusion-regression")]
-        assert len(lines) == 2 and all("BiasGeluFusion stopped firing: com.microsoft.BiasGelu 2 → 0" in x for x in lines)
+        [line] = [line for line in second.stdout.splitlines() if line.startswith("fusion-regression")]
+        assert "BiasGeluFusion stopped firing: com.microsoft.BiasGelu 2 → 0" in line
+        # The cause: the rule did not run. Measured elsewhere, so no model file to diff or cut.
+        assert "Cause: BiasGeluFusion did not run at this commit (disabled); it fired 2 time(s) at the baseline." in line
         listed = api_get(f"{base}/alerts", params={"project": "onnxruntime", "kind": "fusion-regression"}).json()
-        assert sorted(a["engine"] for a in listed["items"]) == ["fusionwatch", "onnxruntime"]
-        assert {(a["op"], a["rule"], a["commit"], a["baseline_commit"]) for a in listed["items"]} == {
-            ("com.microsoft.BiasGelu", "BiasGeluFusion", "e2" * 20, "e1" * 20)
-        }
+        [alert] = listed["items"]  # one problem: one alert, listing both engines
+        assert sorted(e["engine"] for e in alert["engines"]) == ["fusionwatch", "onnxruntime"]
+        assert (alert["op"], alert["rule"], alert["commit"], alert["baseline_commit"]) == (
+            "com.microsoft.BiasGelu", "BiasGeluFusion", "e2" * 20, "e1" * 20)
+        assert alert["repro_url"] is None and alert["cost"] is None
 
         third = _run(base, "e3" * 20, "--parent", "e2" * 20, "--json")
         assert third.returncode == 0, third.stderr
@@ -58,8 +61,11 @@ def test_run_posts_an_engines_commits_and_the_disabled_rule_is_a_regression(tmp_
         assert {r["engine"]: r["fusions"]["com.microsoft.BiasGelu"] for r in reply["results"]} == {
             "fusionwatch": 2, "onnxruntime": 2
         }
-        # BiasGelu came back: information, not a regression.
+        # BiasGelu came back: information, not a regression, and the alert is resolved.
         assert {a["engine"] for a in reply["alerts"] if a["kind"] == "fusion-change"} == {"fusionwatch", "onnxruntime"}
+        assert {a["state"] for a in reply["alerts"] if a["kind"] == "fusion-change"} == {"info"}
+        resolved = api_get(f"{base}/alerts/{alert['id']}").json()
+        assert (resolved["state"], resolved["resolved_by"]) == ("resolved", "e3" * 20)
 
 
 def test_posted_measurements_raise_the_regression_on_each_database(client):
@@ -78,9 +84,12 @@ def test_posted_measurements_raise_the_regression_on_each_database(client):
         for sha, parents, measured in ((shas[0], [], kept), (shas[1], [shas[0]], disabled), (shas[2], [shas[1]], kept))
     ]
     assert _regressions(replies[0]["alerts"]) == []
-    assert sorted((a["engine"], a["rule"], a["before"], a["after"]) for a in _regressions(replies[1]["alerts"])) == [
-        ("fusionwatch", "BiasGeluFusion", 2, 0), ("onnxruntime", "BiasGeluFusion", 2, 0)
+    [regression] = _regressions(replies[1]["alerts"])
+    assert (regression["rule"], regression["before"], regression["after"]) == ("BiasGeluFusion", 2, 0)
+    assert sorted((c["engine"], c["before"], c["after"]) for c in regression["changes"]) == [
+        ("fusionwatch", 2, 0), ("onnxruntime", 2, 0)
     ]
+    assert regression["cause_text"].startswith("BiasGeluFusion did not run at this commit (disabled)")
     assert _regressions(replies[2]["alerts"]) == []
 
     try:

@@ -1,7 +1,7 @@
 """Done-when 1, the CLI's half: a model repository's CI runs `fusionwatch submit --wait --fail-on-regression`
 for commits A and B of a BERT export against a real `fusionwatch serve`; B's export has a custom op between
 the MLP's bias Add and its GELU. The step passes (exit 0) for A and fails (exit 1) for B, printing the
-before → after counts and the alert that names the custom op. Errors exit 2 with the server's reason."""
+before → after counts and the one alert that names the custom op. Errors exit 2 with the server's reason."""
 
 from __future__ import annotations
 
@@ -53,9 +53,10 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
         # The diff against A, for both engines at extended, and the two alerts naming the custom op.
         table_rows = [line for line in b.stdout.splitlines() if line.startswith("│")]
         assert sum("BiasGelu 2 → 0" in row for row in table_rows) == 2
-        alert_lines = [line for line in b.stdout.splitlines() if line.startswith("fusion-regression")]
-        assert len(alert_lines) == 2, b.stdout
-        assert all("ai.onnx.contrib.Passthrough" in line for line in alert_lines)
+        [alert_line] = [line for line in b.stdout.splitlines() if line.startswith("fusion-regression BiasGeluFusion")]
+        assert "ai.onnx.contrib.Passthrough" in alert_line
+        assert "(fusionwatch 0.1.0 extended, onnxruntime" in alert_line  # one alert, both engines
+        assert "  repro: /api/v1/alerts/" in b.stdout  # under it: its reproduction models
 
         # Without --wait the step only sends the commit; a regression does not fail it without the flag.
         again = _submit(base, "c3" * 20, export_b, "--parent", sha_b)

@@ -38,12 +38,20 @@ def test_engine_commits_raise_a_fusion_regression_only_where_the_count_dropped(c
     assert alert["kind"] == "fusion-regression" and alert["rule"] == "BiasGeluFusion"
     assert (alert["op"], alert["before"], alert["after"]) == ("com.microsoft.BiasGelu", 2, 0)
     assert (alert["commit"], alert["baseline_commit"]) == ("v120", "v119")
-    assert "BiasGeluFusion: consumer Gelu is domain '' opset 20" in alert["message"]
+    # Posted without model files: the cause is the posted near misses, and says what it could not look at.
+    assert alert["cause_text"] == "Near misses: BiasGeluFusion at /mlp/Gelu: consumer Gelu is domain '' opset 20."
+    assert f"Cause: {alert['cause_text']}" in alert["message"]
+    assert "no structural diff: the model files were measured elsewhere and not stored" in alert["cause"]["looked_at"]
+    assert alert["engines"] == [{"engine": "onnxruntime", "level": "extended"}] and alert["repro_url"] is None
     fixed = _post(client, "v121", ["v120"])
-    assert [a["kind"] for a in fixed["alerts"]] == ["fusion-change"]  # back up: information, not a regression
+    [rise] = fixed["alerts"]  # back up: information, not a regression
+    assert (rise["kind"], rise["state"]) == ("fusion-change", "info")
     run = client.get(fixed["run_url"]).json()
     assert run["verdict"] == "ok"
     assert client.get(dropped["run_url"]).json()["verdict"] == "regression"
+    resolved = client.get(f"/api/v1/alerts/{alert['id']}").json()
+    assert (resolved["state"], resolved["resolved_by"]) == ("resolved", "v121")
+    assert client.get("/api/v1/alerts/99999").status_code == 404
 
 
 def test_timing_regression_is_suspected_until_the_next_commit_agrees(client, project):
@@ -63,8 +71,9 @@ def test_parentless_commits_are_ordered_by_timestamp_on_their_branch(client, pro
     _post(client, "early", timestamp="2026-11-24T08:00:00Z", fusions={"com.microsoft.SkipLayerNormalization": 4})
     # "early" is older than "late", so "late" is not its baseline: nothing to compare with, no alert.
     third = _post(client, "latest", timestamp="2026-11-24T13:00:00Z", fusions={})
-    [alert] = third["alerts"]
-    assert alert["baseline_commit"] == "late"
+    # One alert per lost op: BiasGelu and SkipLayerNormalization.
+    assert sorted(a["op"] for a in third["alerts"]) == sorted(FUSIONS)
+    assert {a["baseline_commit"] for a in third["alerts"]} == {"late"}
 
 
 def test_a_branch_compares_with_its_merge_base(client, project):
@@ -79,10 +88,15 @@ def test_alerts_filter_acknowledge_history_diff_and_metrics(client, project):
     _post(client, "a1")
     _post(client, "a2", ["a1"], fusions={})
     listed = client.get("/api/v1/alerts", params={"project": "engine", "kind": "fusion-regression"}).json()
-    assert listed["total"] == 1
-    alert_id = listed["items"][0]["id"]
-    assert client.post(f"/api/v1/alerts/{alert_id}/ack").json()["state"] == "acknowledged"
+    assert listed["total"] == 2  # one per lost op
+    alert_id, other_id = (item["id"] for item in listed["items"])
+    acknowledged = client.post(f"/api/v1/alerts/{alert_id}/ack", json={"note": "onnxruntime#1234 filed"}).json()
+    assert (acknowledged["state"], acknowledged["acknowledged_note"]) == ("acknowledged", "onnxruntime#1234 filed")
+    assert acknowledged["acknowledged_by"] == "test-writer" and acknowledged["acknowledged_at"]
+    assert client.post(f"/api/v1/alerts/{other_id}/ack").json()["acknowledged_note"] is None
+    assert client.post(f"/api/v1/alerts/{other_id}/ack", json={"note": "x" * 2001}).status_code == 422
     assert client.get("/api/v1/alerts", params={"state": "open"}).json()["total"] == 0
+    assert client.get("/api/v1/alerts", params={"state": "acknowledged"}).json()["total"] == 2
     assert client.get("/api/v1/alerts", params={"kind": "nonsense"}).status_code == 422
     assert client.post("/api/v1/alerts/999/ack").status_code == 404
 
@@ -95,7 +109,7 @@ def test_alerts_filter_acknowledge_history_diff_and_metrics(client, project):
     assert entry["fusions"]["com.microsoft.BiasGelu"] == {"before": 2, "after": 0}
     assert entry["kernel_libraries"] == {"before": {}, "after": {}}  # none recorded by this client
     metrics = client.get("/metrics").text
-    assert 'fusionwatch_alerts_total{kind="fusion-regression"} 1' in metrics
+    assert 'fusionwatch_alerts_total{kind="fusion-regression"} 2' in metrics
     assert 'fusionwatch_jobs{state="queued"} 0' in metrics
 
 
@@ -127,9 +141,13 @@ def test_alerts_reach_slack_and_json_hooks_and_failed_deliveries_are_retried_and
         client.post("/api/v1/projects/engine/hooks", json={"url": slack.url, "format": "slack"}).raise_for_status()
         client.post("/api/v1/projects/engine/hooks", json={"url": broken.url, "format": "json"}).raise_for_status()
         _post(client, "h1")
-        _post(client, "h2", ["h1"], fusions={})  # background delivery runs before the TestClient returns
+        # Background delivery runs before the TestClient returns.
+        _post(client, "h2", ["h1"], fusions={"com.microsoft.SkipLayerNormalization": 4})
         [body] = slack.wait_for(lambda bodies: len(bodies) >= 1)
         assert body["text"].startswith("[fusionwatch] fusion-regression: BiasGeluFusion stopped firing")
+        # The cause in the message, and its near misses as a person reads them, one a line.
+        assert "Cause: Near misses: BiasGeluFusion at /mlp/Gelu" in body["text"]
+        assert body["text"].splitlines()[1] == "• BiasGeluFusion at /mlp/Gelu: consumer Gelu is domain '' opset 20"
         broken.wait_for(lambda bodies: len(bodies) >= 3)
     session.rollback()
     attempts = session.execute(select(AlertDelivery.attempt, AlertDelivery.status_code, AlertDelivery.error)

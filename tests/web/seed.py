@@ -53,13 +53,13 @@ def _samples(rng: random.Random, median: float, runs: int = 20) -> list[float]:
 def _result(rng: random.Random, model: str, engine: str, level: str, index: int) -> dict:
     base = {"bert.onnx": 1.2, "gpt2.onnx": 2.4}[model] * (1.0 if engine == "fusionwatch" else 1.1)
     fusions: dict[str, int] = {}
-    ops = {"MatMul": 14, "Add": 12, "Gelu": 2, "LayerNormalization": 5, "Softmax": 2}
+    # As a TorchScript export at opset 14 runs unoptimized: no op there is a product of fusion.
+    ops = {"MatMul": 14, "Add": 12, "Erf": 2, "ReduceMean": 10, "Softmax": 2}
     near_misses: list[dict] = []
     if level == "extended":
         base *= 0.55
         fusions = dict(BERT_EXTENDED if model == "bert.onnx" else GPT2_EXTENDED)
-        ops = {"MatMul": 6, "com.microsoft.Attention": 2, "com.microsoft.SkipLayerNormalization": 4,
-               "com.microsoft.BiasGelu": 2}
+        ops = {"MatMul": 6, **fusions}  # the posted counts agree with the posted graph (POST /results recounts)
     if engine == "fusionwatch" and level == "extended" and index >= TIMING_STEP:
         base *= 1.4
     if (model, engine, level) == ("bert.onnx", "onnxruntime", "extended") and FUSION_DROP <= index < FUSION_BACK:

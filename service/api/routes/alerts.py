@@ -1,13 +1,14 @@
-"""Alerts: list with filters, acknowledge."""
+"""Alerts: list with filters, read one, acknowledge with a note, download a regression's repro."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import FileResponse
 
-from service.api.deps import SessionDep
-from service.auth import may_write_to
+from service.api.deps import ServicesDep, SessionDep
+from service.auth import may_write_to, principal_of
 from service.usecases import alerts
 from service.usecases.projects import get_project
 
@@ -29,9 +30,24 @@ def read_alerts(
     return {"items": [alerts.alert_dict(session, a) for a in rows], "total": total}
 
 
+@router.get("/alerts/{alert_id}")
+def read_alert(session: SessionDep, alert_id: int) -> dict[str, Any]:
+    return alerts.alert_dict(session, alerts.get_alert(session, alert_id))
+
+
+@router.get("/alerts/{alert_id}/repro")
+def read_alert_repro(session: SessionDep, services: ServicesDep, alert_id: int, side: str = "commit") -> FileResponse:
+    path, name = alerts.repro_file(session, services.store, alert_id, side)
+    return FileResponse(path, media_type="application/octet-stream", filename=name)
+
+
 @router.post("/alerts/{alert_id}/ack")
-def acknowledge_alert(request: Request, session: SessionDep, alert_id: int) -> dict[str, Any]:
+def acknowledge_alert(
+    request: Request, session: SessionDep, alert_id: int,
+    note: Annotated[str | None, Body(embed=True, max_length=2000)] = None,
+) -> dict[str, Any]:
     with session.begin():
         may_write_to(request, alerts.alert_project(session, alert_id))
-        alert = alerts.acknowledge(session, alert_id)
+        principal = principal_of(request)
+        alert = alerts.acknowledge(session, alert_id, note, principal.name if principal else None)
         return alerts.alert_dict(session, alert)

@@ -42,7 +42,7 @@ def create_results(
             model = _model_named(session, project, item.model)
             measurement = Measurement(**item.model_dump(exclude={"model"}))
             result, raised = record_result(session, run, model, measurement, machine)
-            alerts.extend(raised)
+            alerts.extend(a for a in raised if a not in alerts)  # one alert may stand for several results
             series.append(arrived(result))
         reply = {"run_id": run.id, "run_url": f"/api/v1/runs/{run.id}", "alerts": [alert_dict(session, a) for a in alerts]}
     background.add_task(deliver, services.session_factory, [a.id for a in alerts])

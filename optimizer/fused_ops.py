@@ -1,0 +1,43 @@
+"""What a fused-op count counts: the ops of an optimized graph that are products of fusion.
+
+A count describes the graph an engine runs, not which rule wrote it: a LayerNormalization that an
+opset-17 exporter wrote runs exactly as one LayerNormFusion made out of an opset-14 export, so
+both count, and a model re-exported at another opset keeps its counts. Which rules fired is a
+separate record (the report's `rules`) that explains a count and never alarms.
+
+Products of fusion are every op a rule of ours emits outside ONNX's own domain (com.microsoft's
+BiasGelu, SkipLayerNormalization, Attention, FusedConv, ...), and the ONNX ops that exist to run
+several ops' work as one (ONNX_FUSED_OPS). ONNX ops a rule merely rewrites (ConvBNFusion's Conv,
+ReshapeFusion's Reshape, FuseReluClip's Clip) are ordinary ops and do not count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+
+from optimizer.levels import LEVELS
+
+# ONNX-domain ops that are one kernel for a multi-op pattern, whoever put them in the graph.
+ONNX_FUSED_OPS: tuple[str, ...] = (
+    "Gemm",  # MatMul + Add (+ scaling)
+    "Gelu",  # opset 20; the Erf or Tanh chain
+    "LayerNormalization",  # opset 17
+    "RMSNormalization",  # opset 23
+    "SimplifiedLayerNormalization",  # onnxruntime's RMS norm, registered in ONNX's domain
+    "Attention",  # opset 23
+    "RotaryEmbedding",  # opset 23
+)
+
+
+@cache
+def fused_op_keys() -> frozenset[str]:
+    """Op keys ("LayerNormalization", "com.microsoft.BiasGelu") that count as fused ops."""
+    emitted = {key for rules in LEVELS.values() for rule in rules for key in rule.emits if "." in key}
+    return frozenset(emitted | set(ONNX_FUSED_OPS))
+
+
+def fused_op_counts(ops_after: Mapping[str, int]) -> dict[str, int]:
+    """The fused-op counts of an optimized graph whose op histogram is `ops_after`."""
+    keys = fused_op_keys()
+    return {op: count for op, count in sorted(ops_after.items()) if op in keys and count > 0}
