@@ -14,7 +14,10 @@ without recursing in Python), so a document 200,000 deep is refused, not a Recur
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import tempfile
 from typing import Any
 
 import orjson
@@ -120,3 +123,43 @@ def json_document(schema: type[BaseModel], what: str):
             raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in error.errors()[:5]]) from None
 
     return read
+
+
+class SpooledBody:
+    """A signed body spooled to a temporary file as it streams in (a megabyte of it in memory at most):
+    its signature covers all of it, so it is read whole before the sender is known, and a multipart
+    upload of a gigabyte with a wrong signature must not sit in memory to be refused."""
+
+    CHUNK = 1024 * 1024
+
+    def __init__(self) -> None:
+        self.file = tempfile.SpooledTemporaryFile(max_size=MB)
+
+    @classmethod
+    async def read(cls, request: Request) -> SpooledBody:
+        spooled = cls()
+        async for chunk in request.stream():  # bounded by BodyLimit as it arrives
+            spooled.file.write(chunk)
+        return spooled
+
+    def signature(self, key: bytes) -> bytes:
+        """The hex HMAC-SHA256 of the body with `key`, as GitHub's X-Hub-Signature-256 carries it."""
+        digest = hmac.new(key, digestmod=hashlib.sha256)
+        self.file.seek(0)
+        while chunk := self.file.read(self.CHUNK):
+            digest.update(chunk)
+        return digest.hexdigest().encode()
+
+    def whole(self) -> bytes:
+        self.file.seek(0)
+        return self.file.read()
+
+    def replayed(self, request: Request) -> Request:
+        """`request` reading its body from the spool (for the form parser)."""
+        self.file.seek(0)
+
+        async def receive() -> Message:
+            chunk = self.file.read(self.CHUNK)
+            return {"type": "http.request", "body": chunk, "more_body": bool(chunk)}
+
+        return Request(request.scope, receive)

@@ -123,3 +123,24 @@ def test_nothing_is_stored_for_a_refused_upload_of_a_model_named_like_a_path(cli
     assert reply.status_code == 422 and "body.results.0.model" in reply.json()["detail"]
     session.rollback()
     assert session.scalar(select(func.count()).select_from(Model)) == 1  # the uploaded relu.onnx only
+
+
+def _multipart(payload: dict, model: bytes) -> tuple[bytes, str]:
+    import httpx
+
+    request = httpx.Request("POST", "http://x", data={"payload": json.dumps(payload)},
+                            files=[("files", ("relu.onnx", model, "application/octet-stream"))])
+    return request.read(), request.headers["content-type"]
+
+
+def test_a_signed_multipart_upload_is_checked_from_its_spool_and_a_wrong_signature_stores_nothing(client, project,
+                                                                                                  session):
+    model = hostile_models.many_nodes(5).SerializeToString()
+    body, content_type = _multipart({"project": "engine", "sha": "c" * 40}, model)
+    headers = {"content-type": content_type}
+    refused = client.post("/api/v1/webhooks/ci", content=body, headers={**headers, "X-Hub-Signature-256": _signed(body, "wrong")})
+    assert refused.status_code == 401 and "X-Hub-Signature-256 does not match" in refused.json()["detail"]
+    assert _stored(session) == (0, 0, 0, 0, 0)
+    accepted = client.post("/api/v1/webhooks/ci", content=body, headers={**headers, "X-Hub-Signature-256": _signed(body)})
+    assert accepted.status_code == 202, accepted.text
+    assert accepted.json()["models"] == ["relu.onnx"] and accepted.json()["jobs"] == 1

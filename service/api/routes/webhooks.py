@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from optimizer.text import shorten
 from service import queue
 from service.api.deps import ServicesDep, SessionDep
-from service.api.request_bodies import parse_json
+from service.api.request_bodies import SpooledBody, parse_json
 from service.api.uploads import read_uploads
 from service.auth import may_write_to, resolve_principal
 from service.errors import Conflict, Invalid, Unauthorized
@@ -127,13 +127,17 @@ def _validated(schema, payload: dict):
         raise Invalid(f"GitHub delivery: {where}: {first['msg']}") from error
 
 
-def _authenticate_sender(request: Request, project, body: bytes | None, header: str) -> None:
+def _authenticate_sender(request: Request, project, body: bytes | SpooledBody | None, header: str) -> None:
     if project.webhook_secret is None:
         may_write_to(request, project)
         return
     if not header.startswith("sha256=") or body is None:
         raise Unauthorized("X-Hub-Signature-256 is missing; this project requires signed deliveries")
-    expected = hmac.new(project.webhook_secret.encode(), body, hashlib.sha256).hexdigest().encode()
+    secret = project.webhook_secret.encode()
+    if isinstance(body, SpooledBody):
+        expected = body.signature(secret)
+    else:
+        expected = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
     # As bytes: a header is latin-1, and comparing str with non-ASCII characters raises TypeError.
     if not hmac.compare_digest(expected, header.removeprefix("sha256=").encode("latin-1", "replace")):
         raise Unauthorized("X-Hub-Signature-256 does not match the body signed with the project's secret")
@@ -178,11 +182,11 @@ async def receive_ci(
     if len(x_fusionwatch_delivery) > MAX_DELIVERY_ID:
         raise Invalid(f"X-Fusionwatch-Delivery is longer than {MAX_DELIVERY_ID} characters")
     await resolve_principal(request)
-    # The raw body is kept only to check a signature; unsigned uploads stream to disk as they arrive.
-    raw = await request.body() if x_hub_signature_256 else None
+    # A signed body is spooled to check its signature; unsigned uploads stream to disk as they arrive.
+    raw = await SpooledBody.read(request) if x_hub_signature_256 else None
     files: list = []
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        form = await request.form(max_files=64, max_fields=16)
+        form = await (raw.replayed(request) if raw else request).form(max_files=64, max_fields=16)
         payload = form.get("payload")
         if not isinstance(payload, str):
             raise Invalid("multipart CI webhook needs the JSON document in the text field 'payload'")
@@ -194,7 +198,7 @@ async def receive_ci(
             raise Invalid(f"multipart CI webhook: file field(s) {', '.join(repr(k) for k in stray[:3])} are not "
                           "read; send the commit's model exports in the field 'files'")
     else:
-        payload = raw if raw is not None else await request.body()
+        payload = raw.whole() if raw is not None else await request.body()
     try:
         body = CiWebhook.model_validate(parse_json(payload, "CI webhook"))
     except ValidationError as error:
