@@ -69,6 +69,9 @@ def _cases() -> list[tuple[str, str, dict]]:
     deep = b"[" * 200_000 + b"]" * 200_000
     many_values = b'{"repository": {"name": "bench"}, "x": [' + b"[]," * 1_600_000 + b"[]]}"
     in_budget = b'{"repository": {"name": "bench"}, "x": [' + b"[]," * 249_990 + b"[]]}"
+    upload_request = httpx.Request("POST", "http://bench", data={"payload": json.dumps({"project": "bench", "sha": "c1"})},
+                                   files=[("files", ("big.onnx", b"\0" * (200 * MB), "application/octet-stream"))])
+    upload, upload_type = upload_request.read(), upload_request.headers["content-type"]
     json_headers = {"content-type": "application/json", "X-GitHub-Event": "push", "X-GitHub-Delivery": "d"}
     return [
         ("github: 100 MB, Content-Length", "/webhooks/github", {"content": b" " * hundred}),
@@ -76,6 +79,8 @@ def _cases() -> list[tuple[str, str, dict]]:
         ("results: 100 MB, Content-Length", "/results", {"content": b" " * hundred}),
         ("results: 100 MB, chunked", "/results", {"chunked": (hundred, b" " * MB)}),
         ("ci: 100 MB JSON, chunked", "/webhooks/ci", {"chunked": (hundred, b" " * MB)}),
+        ("ci: 200 MB signed upload, wrong signature", "/webhooks/ci",
+         {"content": upload, "headers": {"content-type": upload_type, "X-Hub-Signature-256": "sha256=" + "0" * 64}}),
         ("github: 200,000 deep", "/webhooks/github", {"content": deep}),
         ("github: 1.6M values (4.8 MB)", "/webhooks/github", {"content": many_values}),
         ("github: 250k empty lists, bad signature", "/webhooks/github",
@@ -120,7 +125,7 @@ def run() -> dict:
                         break
                     except httpx.TransportError:
                         time.sleep(0.5)
-                http.post(f"{base}/projects", json={"name": "bench", "webhook_secret": SECRET}).raise_for_status()
+                http.post(f"{base}/projects", json={"name": "bench", "kind": "engine", "webhook_secret": SECRET}).raise_for_status()
                 model = subprocess.run([sys.executable, "-c", "import sys; from tests.hostile_models import many_nodes;"
                                         "sys.stdout.buffer.write(many_nodes(3).SerializeToString())"],
                                        capture_output=True, check=True).stdout
