@@ -19,12 +19,8 @@ import onnx_ir as ir
 from runtime.backends import numpy_backend
 from runtime.kernels.base import Kernel, ShapeMemo, UnsupportedOp
 
-# Results made from shapes alone (ConstantOfShape's) are kept up to this size; larger ones are
-# made afresh, not held between runs.
-KEPT_ELEMENTS = 4096
 
-
-def _ints(array) -> list[int]:
+def ints(array) -> list[int]:
     """A shape/axes/indices input (1-D, or 0-d as ONNX's own Loop cases write axes) as Python ints."""
     if array.dtype.kind in "iu":  # tolist gives Python ints already: no per-item conversion
         values = array.tolist()
@@ -66,11 +62,11 @@ class Reshape(Kernel):
 
     def bind_constants(self, constants):
         if constants[1] is not None:
-            self._dims = _ints(constants[1])
+            self._dims = ints(constants[1])
 
     def run(self, data, shape):
         if self._dims is None:
-            return (data.reshape(self._target(data.shape, _ints(shape))),)
+            return (data.reshape(self._target(data.shape, ints(shape))),)
         target = self._targets.get(data.shape)
         if target is None:
             target = self._targets.keep(data.shape, self._target(data.shape, self._dims))
@@ -126,7 +122,7 @@ class Squeeze(Kernel):
             shape = self._shapes.get(data.shape)
             if shape is not None:
                 return (data.reshape(shape),)
-        y = _squeeze(self.xp, data, None if axes is None else tuple(_ints(axes)))
+        y = _squeeze(self.xp, data, None if axes is None else tuple(ints(axes)))
         if self._constant_axes:
             self._shapes.keep(data.shape, y.shape)
         return (y,)
@@ -165,11 +161,11 @@ class Unsqueeze(Kernel):
 
     def bind_constants(self, constants):
         if constants[1] is not None:
-            self._axes = _ints(constants[1])
+            self._axes = ints(constants[1])
 
     def run(self, data, axes):
         if self._axes is None:
-            return (data.reshape(_unsqueezed(data.shape, _ints(axes))),)
+            return (data.reshape(_unsqueezed(data.shape, ints(axes))),)
         shape = self._shapes.get(data.shape)
         if shape is None:
             shape = self._shapes.keep(data.shape, _unsqueezed(data.shape, self._axes))
@@ -284,7 +280,7 @@ class Split(Kernel):
 
     def _split(self, data, split):
         axis = self.axis + data.ndim if self.axis < 0 else self.axis
-        sizes = _ints(split) if split is not None else self.split
+        sizes = ints(split) if split is not None else self.split
         dim = data.shape[axis]
         if sizes is None:
             chunk = -(-dim // self.parts)
@@ -373,10 +369,10 @@ class Slice(Kernel):
                 return (data[index],)
         index = _slice_tuple(
             data.shape,
-            _ints(starts),
-            _ints(ends),
-            None if axes is None else _ints(axes),
-            None if steps is None else _ints(steps),
+            ints(starts),
+            ints(ends),
+            None if axes is None else ints(axes),
+            None if steps is None else ints(steps),
         )
         if self._bounds_constant:
             self._indices.keep(data.shape, index)
@@ -399,7 +395,7 @@ class Expand(Kernel):
         key = (data.shape, shape.tobytes())
         target = self._targets.get(key)
         if target is None:
-            target = self._targets.keep(key, np.broadcast_shapes(data.shape, tuple(_ints(shape))))
+            target = self._targets.keep(key, np.broadcast_shapes(data.shape, tuple(ints(shape))))
         return (self.xp.broadcast_to(data, target),)
 
 
@@ -408,7 +404,7 @@ class Tile(Kernel):
     since_version = 6
 
     def run(self, data, repeats):
-        return (self.xp.tile(data, _ints(repeats)),)
+        return (self.xp.tile(data, ints(repeats)),)
 
 
 _NUMPY_PAD_MODE = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
@@ -468,126 +464,13 @@ class Pad(Kernel):
 
     def run(self, data, pads, constant_value=None, axes=None):
         value = 0 if constant_value is None or constant_value.size == 0 else constant_value.item()
-        return (_pad(self.xp, data, _ints(pads), self.mode, value, None if axes is None else _ints(axes)),)
+        return (_pad(self.xp, data, ints(pads), self.mode, value, None if axes is None else ints(axes)),)
 
 
 def _pad_mode(node, mode):
     if mode not in _NUMPY_PAD_MODE:
         raise UnsupportedOp(f"Pad '{node.name}': unknown mode {mode!r}")
     return mode
-
-
-# ---------------------------------------------------------------- shape queries and constants
-
-
-class Shape(Kernel):
-    """The shape as int64, one array per input shape kept and handed out read-only (consumers
-    never write into inputs; the session copies an output that is not writeable)."""
-
-    op_type = "Shape"
-    since_version = 1
-
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        # start/end (opset 15) slice the shape with Python's own clamping rules.
-        self.start = self.attr("start", 0)
-        self.end = self.attr("end")
-        self._shapes = ShapeMemo()
-
-    def run(self, data):
-        shape = self._shapes.get(data.shape)
-        if shape is None:
-            shape = self.xp.asarray(data.shape[self.start : self.end], dtype=np.int64)
-            if isinstance(shape, np.ndarray):
-                shape.flags.writeable = False
-            self._shapes.keep(data.shape, shape)
-        return (shape,)
-
-
-class Size(Kernel):
-    op_type = "Size"
-    since_version = 1
-
-    def run(self, data):
-        return (self.xp.asarray(data.size, dtype=np.int64),)
-
-
-class ConstantOfShape(Kernel):
-    op_type = "ConstantOfShape"
-    since_version = 9
-
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        value = self.attr("value")
-        self.value = np.zeros(1, dtype=np.float32) if value is None else value.reshape(-1)
-        self._filled = ShapeMemo()
-
-    def run(self, shape):
-        # A small result is kept read-only, one per shape: consumers never write into inputs,
-        # and the session copies an output that is not writeable.
-        key = shape.tobytes()
-        filled = self._filled.get(key)
-        if filled is None:
-            filled = self.xp.full(_ints(shape), self.value[0], dtype=self.value.dtype)
-            if isinstance(filled, np.ndarray) and filled.size <= KEPT_ELEMENTS:
-                filled.flags.writeable = False
-                self._filled.keep(key, filled)
-        return (filled,)
-
-
-class Constant(Kernel):
-    """The value is built once; every run returns the same (never mutated) array."""
-
-    op_type = "Constant"
-    since_version = 1
-
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        attributes = node.attributes
-        if "value" in attributes:
-            value = self.attr("value")
-        elif "value_float" in attributes:
-            value = np.array(self.attr("value_float"), dtype=np.float32)
-        elif "value_floats" in attributes:
-            value = np.array(self.attr("value_floats"), dtype=np.float32)
-        elif "value_int" in attributes:
-            value = np.array(self.attr("value_int"), dtype=np.int64)
-        elif "value_ints" in attributes:
-            value = np.array(self.attr("value_ints"), dtype=np.int64)
-        elif "value_string" in attributes:
-            value = np.array(self.attr("value_string"), dtype=object)
-        elif "value_strings" in attributes:
-            value = np.array(self.attr("value_strings"), dtype=object)
-        elif "sparse_value" in attributes:
-            raise UnsupportedOp(f"Constant '{node.name}': sparse_value tensors are not supported")
-        else:
-            raise UnsupportedOp(f"Constant '{node.name}': no value_* attribute")
-        self.value = value if value.dtype == object else self.backend.from_host(value)
-
-    def run(self):
-        return (self.value,)
-
-
-class Range(Kernel):
-    op_type = "Range"
-    since_version = 11
-
-    def run(self, start, limit, delta):
-        return (self.xp.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype),)
-
-
-class EyeLike(Kernel):
-    op_type = "EyeLike"
-    since_version = 9
-
-    def __init__(self, node, opset, backend=numpy_backend):
-        super().__init__(node, opset, backend)
-        self.k = self.attr("k", 0)
-        dtype = self.attr("dtype")
-        self.dtype = None if dtype is None else ir.DataType(dtype).numpy()
-
-    def run(self, x):
-        return (self.xp.eye(x.shape[0], x.shape[1], k=self.k, dtype=self.dtype or x.dtype),)
 
 
 class Trilu(Kernel):
@@ -722,12 +605,6 @@ KERNELS = [
     Tile,
     Pad_1,
     Pad,
-    Shape,
-    Size,
-    ConstantOfShape,
-    Constant,
-    Range,
-    EyeLike,
     Trilu,
     Identity,
     Dropout,
