@@ -164,27 +164,45 @@ def compare_tensors(
 ) -> Comparison:
     """Compare every surviving tensor, a chunk at a time; see the module docstring."""
     chunks = plan_chunks([s.tensor for s in surviving], sizes, budget_bytes)
-    comparison = Comparison(feed_set, "compared")
-    if isinstance(chunks, str):
+    too_large = chunks if isinstance(chunks, str) else None
+    if too_large is not None:
         # The graph outputs are still checked, as they were before any tensor was marked.
-        comparison.status, comparison.reason = "too-large", chunks
         surviving = [s for s in surviving if s.graph_output]
         chunks = [[s.tensor for s in surviving]]
-    by_name = {s.tensor: s for s in surviving}
-    diverging_rows: list[TensorError] = []
-    boundary_rows: list[TensorError] = []
-    order = {s.tensor: index for index, s in enumerate(surviving)}
+    found = Tally(feed_set, surviving, rtol, atol)
     for chunk in chunks:
         optimized = fetch_optimized(chunk)
-        reference = fetch_reference(chunk)
-        for name in chunk:
+        found.add(chunk, fetch_reference(chunk), optimized)
+        del optimized
+    comparison = found.comparison()
+    if too_large is not None:
+        comparison.status, comparison.reason = "too-large", too_large
+    return comparison
+
+
+class Tally:
+    """One feed set's comparison, built a chunk at a time, so an engine may run its chunks in whatever
+    order costs it least (onnxruntime: every feed set through one session per chunk)."""
+
+    def __init__(self, feed_set: str, surviving: Sequence[Surviving], rtol: float, atol: float) -> None:
+        self._comparison = Comparison(feed_set, "compared")
+        self._by_name = {s.tensor: s for s in surviving}
+        self._order = {s.tensor: index for index, s in enumerate(surviving)}
+        self._rtol, self._atol = rtol, atol
+        self._diverging: list[TensorError] = []
+        self._boundaries: list[TensorError] = []
+
+    def add(self, names: Sequence[str], reference: dict[str, np.ndarray], optimized: dict[str, np.ndarray]) -> None:
+        """Compare `names` (a chunk, in order); the values are dropped from both dicts as they are compared."""
+        comparison = self._comparison
+        for name in names:
             if name not in reference or name not in optimized:
                 continue  # an optional output neither run produced
-            error = tensor_error(by_name[name], reference.pop(name), optimized.pop(name), rtol, atol)
+            error = tensor_error(self._by_name[name], reference.pop(name), optimized.pop(name), self._rtol, self._atol)
             comparison.tensors += 1
             if error.nonfinite:
                 comparison.new_nonfinite = True
-            if by_name[name].graph_output:
+            if self._by_name[name].graph_output:
                 comparison.outputs_max_abs = max(comparison.outputs_max_abs, error.max_abs)
                 comparison.outputs_max_rel = max(comparison.outputs_max_rel, error.max_rel)
                 comparison.outputs_ok = comparison.outputs_ok and not error.diverges
@@ -192,14 +210,15 @@ def compare_tensors(
                 comparison.diverging += 1
                 if comparison.first is None:
                     comparison.first = error
-                if len(diverging_rows) < MAX_ROWS // 2:
-                    diverging_rows.append(error)
-            elif error.rule is not None and len(boundary_rows) < MAX_ROWS:
-                boundary_rows.append(error)
-        del optimized, reference
-    rows = diverging_rows + boundary_rows[: MAX_ROWS - len(diverging_rows)]
-    comparison.rows = sorted(rows, key=lambda row: order[row.tensor])
-    return comparison
+                if len(self._diverging) < MAX_ROWS // 2:
+                    self._diverging.append(error)
+            elif error.rule is not None and len(self._boundaries) < MAX_ROWS:
+                self._boundaries.append(error)
+
+    def comparison(self) -> Comparison:
+        rows = self._diverging + self._boundaries[: MAX_ROWS - len(self._diverging)]
+        self._comparison.rows = sorted(rows, key=lambda row: self._order[row.tensor])
+        return self._comparison
 
 
 def tensor_error(surviving: Surviving, want: Any, got: Any, rtol: float, atol: float) -> TensorError:

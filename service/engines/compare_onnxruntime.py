@@ -2,7 +2,8 @@
 
 onnxruntime keeps no intermediate it was not asked for, so, as Polygraphy does, each chunk of
 surviving tensors is added to the graph outputs of a copy of the model and run in a fresh session
-with graph optimizations off. The optimized graph is the one onnxruntime writes
+with graph optimizations off, one graph at a time; each session runs every feed set, since creating
+it costs more than running it (the chunk's budget is split among the feed sets). The optimized graph is the one onnxruntime writes
 (`optimized_model_filepath`) at the level; the unfused one is written the same way at
 ORT_DISABLE_ALL, so both lie in one temporary folder with their weights in a file beside them,
 and each marked copy is only its graph.
@@ -31,8 +32,10 @@ from service.engines.compare import (
     Fetch,
     Producer,
     Surviving,
+    Tally,
     attribute,
     compare_tensors,
+    plan_chunks,
     surviving_tensors,
 )
 from service.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
@@ -89,17 +92,43 @@ def compare_onnxruntime_files(
         attribute(_described(optimized.graph, level, existing)),
         [value.name for value in unfused.graph.output],
     )
-    comparisons = []
-    for feed_set, feeds in feed_sets.items():
-        with failing_as(ENGINE, level, optimized_path, f"failed while comparing on feed set '{feed_set}'"):
-            comparisons.append(
-                compare_tensors(
-                    feed_set, surviving,
-                    _fetch(unfused, unfused_path, feeds, custom_ops), _fetch(optimized, optimized_path, feeds, custom_ops),
-                    (sizes or {}).get(feed_set), rtol, atol, budget_bytes,
-                )  # fmt: skip
-            )
-    return comparisons
+    sizes = sizes or {}
+    names = [s.tensor for s in surviving]
+    # One session per chunk and graph runs every feed set, so each side's chunk holds every feed set's
+    # values: the budget is split among them, each chunk sized by its largest feed set.
+    merged = None
+    if all(sizes.get(feed_set) is not None for feed_set in feed_sets):
+        merged = {name: max(sizes[feed_set].get(name, 0) for feed_set in feed_sets) for name in names}
+    chunks = plan_chunks(names, merged, budget_bytes // max(1, len(feed_sets)))
+    if isinstance(chunks, str):  # too many runs together: one feed set at a time, each its own budget
+        return [
+            compare_tensors(
+                feed_set, surviving,
+                _fetch(unfused, unfused_path, feeds, custom_ops), _fetch(optimized, optimized_path, feeds, custom_ops),
+                sizes.get(feed_set), rtol, atol, budget_bytes,
+            )  # fmt: skip
+            for feed_set, feeds in feed_sets.items()
+        ]
+    tallies = {feed_set: Tally(feed_set, surviving, rtol, atol) for feed_set in feed_sets}
+    for chunk in chunks:
+        with failing_as(ENGINE, level, optimized_path, "failed while comparing"):
+            got = _run_all(optimized, optimized_path, chunk, feed_sets, custom_ops)
+            want = _run_all(unfused, unfused_path, chunk, feed_sets, custom_ops)
+        for feed_set, tally in tallies.items():
+            tally.add(chunk, want.pop(feed_set), got.pop(feed_set))
+    return [tally.comparison() for tally in tallies.values()]
+
+
+def _run_all(
+    model: onnx.ModelProto, path: Path, names: Sequence[str], feed_sets: Mapping[str, Mapping[str, np.ndarray]],
+    custom_ops: CustomOps,
+) -> dict[str, dict[str, np.ndarray]]:
+    """The chunk's values on every feed set, from one session of the marked model."""
+    session = _marked_session(model, path, names, custom_ops)
+    wanted = list(names)
+    return {
+        feed_set: dict(zip(wanted, session.run(wanted, dict(feeds)), strict=True)) for feed_set, feeds in feed_sets.items()
+    }
 
 
 def compare_onnxruntime(
@@ -182,24 +211,29 @@ def _described(graph: onnx.GraphProto, level: str, existing: set[tuple[str, str]
         yield node.name, key, list(node.input), list(node.output), rules.get(key) if fused else None, fused
 
 
+def _marked_session(
+    model: onnx.ModelProto, path: Path, names: Sequence[str], custom_ops: CustomOps
+) -> ort.InferenceSession:
+    """A session of `model` with `names` added to its graph outputs, optimizations off."""
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    present = {value.name for value in marked.graph.output}
+    typed = {value.name: value for value in marked.graph.value_info}
+    for name in names:
+        if name not in present:
+            # onnxruntime infers an output's type when the graph does not record it.
+            marked.graph.output.append(typed.get(name) or onnx.helper.make_empty_tensor_value_info(name))
+    # Beside the original, so the weights file it names is found.
+    marked_path = path.with_name(f"{path.stem}.marked.onnx")
+    onnx.save(marked, str(marked_path))
+    options = _options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, custom_ops)
+    return ort.InferenceSession(str(marked_path), options, providers=["CPUExecutionProvider"])
+
+
 def _fetch(model: onnx.ModelProto, path: Path, feeds: Mapping[str, np.ndarray], custom_ops: CustomOps) -> Fetch:
     def fetch(names: Sequence[str]) -> dict[str, np.ndarray]:
-        marked = onnx.ModelProto()
-        marked.CopyFrom(model)
-        present = {value.name for value in marked.graph.output}
-        typed = {value.name: value for value in marked.graph.value_info}
-        for name in names:
-            if name not in present:
-                # onnxruntime infers an output's type when the graph does not record it.
-                marked.graph.output.append(typed.get(name) or onnx.helper.make_empty_tensor_value_info(name))
-        # Beside the original, so the weights file it names is found.
-        marked_path = path.with_name(f"{path.stem}.marked.onnx")
-        onnx.save(marked, str(marked_path))
-        options = _options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, custom_ops)
-        session = ort.InferenceSession(str(marked_path), options, providers=["CPUExecutionProvider"])
+        session = _marked_session(model, path, names, custom_ops)
         wanted = list(names)
-        values = session.run(wanted, dict(feeds))
-        del session
-        return dict(zip(wanted, values, strict=True))
+        return dict(zip(wanted, session.run(wanted, dict(feeds)), strict=True))
 
     return fetch
