@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -304,6 +305,12 @@ def describe_row(first: Mapping[str, Any], feed_set: str | None = None) -> str:
     op = first.get("fused_op") or first.get("op")
     if made_by:
         origin = f"output of {op} made by {made_by}"
+        # Our driver names a rule's node after its anchor, so a fusion of a fused node carries the earlier
+        # rule's name ("GroupQueryAttentionFusion/AttentionFusion//model/..."): the node the error may
+        # have come in with.
+        earlier = [part for part in str(first.get("node") or "").split("/")[1:] if part in _rule_names() and part != made_by]
+        if earlier:
+            origin += f" from what {', '.join(dict.fromkeys(earlier))} fused"
     else:
         origin = f"output of {first.get('op')} node '{first.get('node')}', no fusion's"
     text = f"first divergence at `{first['tensor']}` ({origin}): max abs {_as_text(first.get('max_abs'))}"
@@ -314,6 +321,13 @@ def describe_row(first: Mapping[str, Any], feed_set: str | None = None) -> str:
     if feed_set:
         text += f" (feed set {feed_set})"
     return text
+
+
+@cache
+def _rule_names() -> frozenset[str]:
+    from optimizer.levels import known_rule_names
+
+    return frozenset(known_rule_names())
 
 
 def _as_text(value: Any) -> str:

@@ -38,7 +38,7 @@ def test_left_padded_nan_from_a_fusion_names_the_attention_node(client, monkeypa
     [alert] = _mismatches(client)
     assert (
         f"first divergence at `{ATTENTION_OUTPUT}` (output of com.microsoft.GroupQueryAttention made by "
-        "GroupQueryAttentionFusion)"
+        "GroupQueryAttentionFusion from what AttentionFusion fused)"
     ) in alert["message"]
     assert "NaN appears there" in alert["message"] and f"(feed set {LEFT_PADDED})" in alert["message"]
     with client.app.state.services.session_factory() as session:
@@ -90,4 +90,5 @@ def test_analyze_compare_prints_the_per_node_table_and_checks_the_users_feeds(tm
     assert printed.exit_code == 0, printed.output
     assert "Numeric check, fusionwatch at extended" in printed.stdout and "mine" in printed.stdout
     assert f"first divergence at `{ATTENTION_OUTPUT}` (output of com.microsoft.GroupQueryAttention made by" in printed.stdout
+    assert "from what AttentionFusion fused" in printed.stdout
     assert "Per node, fusionwatch at extended" in printed.stdout and "NaN" in printed.stdout
