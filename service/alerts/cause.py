@@ -94,14 +94,20 @@ def _fired(result: Result, rule: str) -> int:
 
 
 def _structure(op: str, result: Result, baseline: Result, files: Files) -> tuple[dict[str, Any], dict[str, bytes]]:
-    engine = ENGINES[result.engine]
     # Rules the baseline ran and this commit did not: disabled for this commit's side, as it was measured.
     disabled = tuple(sorted(set(baseline.rules or {}) - set(result.rules))) if result.rules else ()
-    try:
-        before_optimized = engine.optimized_graph(files.baseline, result.level)
-        now_optimized = engine.optimized_graph(files.current, result.level, disabled)
-    except EngineError as error:
-        return {"looked_at": f"the optimized graphs, which {result.engine} could not write ({error})"}, {}
+    # The engine that lost the op; ours where that one cannot write its graphs here (onnxruntime without
+    # a model's custom-op library), since ours reads a custom op as a barrier and optimizes around it.
+    failures = []
+    for name in dict.fromkeys((result.engine, "fusionwatch")):
+        try:
+            before_optimized = ENGINES[name].optimized_graph(files.baseline, result.level)
+            now_optimized = ENGINES[name].optimized_graph(files.current, result.level, disabled)
+            break
+        except EngineError as error:
+            failures.append(f"{name}: {error}")
+    else:
+        return {"looked_at": f"the optimized graphs, which could not be written ({'; '.join(failures)})"}, {}
     places = structure.places_of(before_optimized, op)
     if not places:
         return {"looked_at": f"the baseline's optimized graph, which has no {short(op)} to locate"}, {}
@@ -132,9 +138,10 @@ def _structure(op: str, result: Result, baseline: Result, files: Files) -> tuple
     structural = {
         "where": place.consumer or place.output, "places": len(places), "alike": len(group),
         "baseline": before_words, "now": now_words, "departs": structure.departure(before, now),
-        "now_runs": runs_now, "text": text, "looked_at": "both models' graphs where the fused op stood",
+        "now_runs": runs_now, "text": text, "engine": name,
+        "looked_at": f"both models' graphs where the fused op stood, as {name} optimizes them",
     }
-    repros, structural["repro"] = _repros(op, result, baseline_model, current_model, before, now, disabled)
+    repros, structural["repro"] = _repros(op, name, result.level, baseline_model, current_model, before, now, disabled)
     return structural, repros
 
 
@@ -152,16 +159,15 @@ def _runs_at(optimized: onnx.ModelProto, place: structure.Place) -> str | None:
     return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
 
 
-def _repros(op, result, baseline_model, current_model, before, now, disabled) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """Both sides' cuts, each verified by running the engine on it; or the reason there is none."""
+def _repros(op, engine, level, baseline_model, current_model, before, now, disabled) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Both sides' cuts, each verified by running `engine` on it; or the reason there is none."""
     try:
-        commit_side = verified(result.engine, cut(current_model, now, "commit"), result.level, op, expect_fused=False,
+        commit_side = verified(engine, cut(current_model, now, "commit"), level, op, expect_fused=False,
                                disabled=disabled)
-        baseline_side = verified(result.engine, cut(baseline_model, before, "baseline"), result.level, op,
-                                 expect_fused=True)
+        baseline_side = verified(engine, cut(baseline_model, before, "baseline"), level, op, expect_fused=True)
     except (ReproError, EngineError) as error:
         return {}, {"error": str(error)}
     return ({"commit": commit_side.model, "baseline": baseline_side.model},
-            {"engine": result.engine, "level": result.level, "op": op, "disabled": list(disabled),
+            {"engine": engine, "level": level, "op": op, "disabled": list(disabled),
              "commit_bytes": len(commit_side.model), "baseline_bytes": len(baseline_side.model),
              "commit_fused": commit_side.fused, "baseline_fused": baseline_side.fused})

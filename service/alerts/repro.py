@@ -43,9 +43,14 @@ def cut(model: onnx.ModelProto, region: Region, name: str) -> onnx.ModelProto:
         if value not in typed:
             raise ReproError(f"the type of '{value[:120]}' is unknown, so it cannot be an input of the repro")
         inputs.append(typed[value])
-    if region.output not in typed:
-        raise ReproError(f"the type of '{region.output[:120]}' is unknown")
-    cut_graph = helper.make_graph(region.nodes, name, inputs, [typed[region.output]], initializers)
+    output = typed.get(region.output)
+    if output is None:
+        # Shape inference stops at an op it does not know (a custom op): the region's result keeps its
+        # data input's element type (an activation's does), its shape left for the engine to infer.
+        if not inputs:
+            raise ReproError(f"the type of '{region.output[:120]}' is unknown")
+        output = helper.make_tensor_value_info(region.output, inputs[0].type.tensor_type.elem_type, None)
+    cut_graph = helper.make_graph(region.nodes, name, inputs, [output], initializers)
     return helper.make_model(cut_graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 

@@ -71,6 +71,10 @@ def test_custom_op_between_add_and_gelu_raises_one_fusion_regression_listing_eac
         assert any("custom op" in m["reason"] for m in alert["near_misses"])
         # The structural diff: the custom op now stands between the bias Add and the GELU's chain.
         assert "ai.onnx.contrib.Passthrough" in alert["cause"]["structure"]["now"]
+        # Its repro pair, verified: by our engine where onnxruntime has no library for the custom op.
+        assert alert["repro_url"], (alert["repro_error"], alert["cause"]["looked_at"])
+        assert client.get(alert["repro_url"]).status_code == 200
+        assert client.get(alert["repro_url"], params={"side": "baseline"}).status_code == 200
         listed = client.get("/api/v1/alerts", params={"project": "bert-exports", "kind": "fusion-regression"}).json()
         assert listed["total"] == 2
         received = receiver.wait_for(lambda bodies: sum(b["alert"]["kind"] == "fusion-regression" for b in bodies) >= 2)
