@@ -136,6 +136,9 @@ def _regression(session, result, baseline, model, commit, baseline_commit, chang
     if files.baseline is not None and change["rule"]:
         cause["cost"] = lost_fusion_cost(change["op"], change["rule"], result.engine, result.level, files.baseline,
                                          protocol)
+    elif files.baseline is None:
+        cause["cost"] = {"error": "the baseline's model file is not stored (it was measured elsewhere and posted), "
+                                  "so there is nothing to time with and without the rule"}
     alert = Alert(
         kind="fusion-regression", state="open", op=change["op"], rule=change["rule"], before=change["before"],
         after=change["after"], change_pct=change["change_pct"], changes=[entry], message="",

@@ -48,7 +48,9 @@ def alert_dict(session: Session, alert: Alert) -> dict[str, Any]:
         "cause": cause or None,
         "engines": [{"engine": e.get("engine"), "level": e.get("level")} for e in alert.changes if "engine" in e],
         "repro_url": f"/api/v1/alerts/{alert.id}/repro" if "commit" in repro else None,
-        "repro_error": repro.get("error"),
+        "repro_error": repro.get("error") or (
+            "the model files were measured elsewhere and not stored" if "structure" in cause and not cause["structure"]
+            else None),
         "cost": cause.get("cost"),
         "created_at": alert.created_at.isoformat(),
         "confirmed_by": sha(session.get(Result, alert.confirmed_result_id).commit_id) if alert.confirmed_result_id else None,

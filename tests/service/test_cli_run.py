@@ -52,7 +52,8 @@ def test_run_posts_an_engines_commits_and_the_disabled_rule_is_a_regression(tmp_
         assert sorted(e["engine"] for e in alert["engines"]) == ["fusionwatch", "onnxruntime"]
         assert (alert["op"], alert["rule"], alert["commit"], alert["baseline_commit"]) == (
             "com.microsoft.BiasGelu", "BiasGeluFusion", "e2" * 20, "e1" * 20)
-        assert alert["repro_url"] is None and alert["cost"] is None
+        assert alert["repro_url"] is None and alert["repro_error"] == "the model files were measured elsewhere and not stored"
+        assert alert["cost"]["error"].startswith("the baseline's model file is not stored")
 
         third = _run(base, "e3" * 20, "--parent", "e2" * 20, "--json")
         assert third.returncode == 0, third.stderr

@@ -43,6 +43,7 @@ def test_engine_commits_raise_a_fusion_regression_only_where_the_count_dropped(c
     assert f"Cause: {alert['cause_text']}" in alert["message"]
     assert "no structural diff: the model files were measured elsewhere and not stored" in alert["cause"]["looked_at"]
     assert alert["engines"] == [{"engine": "onnxruntime", "level": "extended"}] and alert["repro_url"] is None
+    assert alert["repro_error"] and "not stored" in alert["cost"]["error"]
     fixed = _post(client, "v121", ["v120"])
     [rise] = fixed["alerts"]  # back up: information, not a regression
     assert (rise["kind"], rise["state"]) == ("fusion-change", "info")
