@@ -73,8 +73,11 @@ bench-load: $(DEVSTAMP)
 conformance: $(DEVSTAMP)
 	$(BIN)/python -m runtime.conformance
 
+# ruff, then the import contracts in pyproject.toml: service -> runtime -> optimizer, the service's own
+# layers (entry points -> commands | queries -> ... -> domain), and no import cycles anywhere.
 lint: $(DEVSTAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # tests/models/ (committed), then the zoo in var/zoo/ (generated, kept; models already made are skipped).
 fixtures: $(EXPSTAMP)

@@ -1,8 +1,8 @@
-"""Benchmark: how far the mark-all numeric check (service/engines/numerics.py) raises a job's peak memory.
+"""Benchmark: how far the mark-all numeric check (service/adapters/engines/numerics.py) raises a job's peak memory.
 Not a test.
 
 One process per engine: first the job's own work (the timed run at the level, and our engine's run
-at `disabled`, as service/measure.py does), then the check on the synthesized feed sets. The
+at `disabled`, as service/adapters/measure.py does), then the check on the synthesized feed sets. The
 process's peak resident set (ru_maxrss) is read after each: the second minus the first is how far the
 check went above the job's own peak (0 when it stayed below it).
 
@@ -29,9 +29,9 @@ def _peak_mib() -> float:
 def one(model: Path, engine: str, level: str, sequence_length: int) -> dict:
     import onnx
 
-    from service.engines import run_engine
-    from service.engines.feeds import synthesized_feed_sets
-    from service.engines.numerics import check_numerics
+    from service.adapters.engines import run_engine
+    from service.adapters.engines.feeds import synthesized_feed_sets
+    from service.adapters.engines.numerics import check_numerics
 
     started = time.perf_counter()
     run_engine(engine, model, level, runs=3, warmup=1, threads=1, sequence_length=sequence_length)

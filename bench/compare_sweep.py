@@ -1,6 +1,6 @@
 """The numeric check over a folder of exports, both engines: looks for false alarms and crashes. Not a test.
 
-For each model: `check_numerics` (service/engines/numerics.py) at the level on the synthesized feed
+For each model: `check_numerics` (service/adapters/engines/numerics.py) at the level on the synthesized feed
 sets, printing per engine the time, per feed set (status, surviving tensors, diverging, ok), and the
 worst feed set's first divergence where there is one.
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import onnx
 
-from service.engines import EngineError
-from service.engines.feeds import synthesized_feed_sets
-from service.engines.numerics import check_numerics
+from service.adapters.engines import EngineError
+from service.adapters.engines.feeds import synthesized_feed_sets
+from service.adapters.engines.numerics import check_numerics
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,10 +27,10 @@ from sqlalchemy import insert, select
 
 from bench.__main__ import cpu_name
 from bench.tokens import bench_token
-from service import migrate
+from service.adapters import migrate
+from service.adapters.db import make_engine, make_session_factory
 from service.app import create_app
 from service.core.config import Settings
-from service.db import make_engine, make_session_factory
 from service.models import Alert, Commit, Model, Project, Result, ResultFusion, Run
 
 SERIES = [("fusionwatch", "disabled"), ("fusionwatch", "extended"), ("onnxruntime", "disabled"), ("onnxruntime", "extended")]

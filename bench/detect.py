@@ -35,12 +35,12 @@ from sqlalchemy import select
 
 from bench.detect_diagnose import diagnose
 from bench.tokens import bench_token
-from service import migrate
+from service.adapters import migrate
+from service.adapters.db import make_engine, make_session_factory
 from service.app import create_app
 from service.core.config import Settings
-from service.db import make_engine, make_session_factory
+from service.domain.protocol import Protocol
 from service.models import Alert, Commit, Model, Result
-from service.protocol import Protocol
 
 DATA = Path(__file__).resolve().parent / "data" / "detect_noise.npz"
 STEPS = (0.02, 0.03, 0.05, 0.07, 0.10, 0.15, 0.20, 0.30)
@@ -134,7 +134,7 @@ def run(args) -> dict:
                 reply = client.post("/api/v1/results", json={**document, "results": [x.result(c) for x in series.values()]})
                 reply.raise_for_status()
                 # A suspected timing alert gets its re-measurement, as the service queues one for its own
-                # jobs (service/alerts/remeasure.py) and a client re-posts: a new job of that series, this commit.
+                # jobs (service/usecases/remeasure.py) and a client re-posts: a new job of that series, this commit.
                 # A re-measurement that leaves its alert suspected and asks for one more gets it the same way.
                 again = _suspected(reply)
                 while again:

@@ -16,8 +16,9 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from service.alerts import timing, timing_alerts
+from service.domain import timing
 from service.models import Alert, Commit, Model, Project, Result
+from service.usecases import timing_alerts
 
 BIG_STEP = 0.10
 SHOWN_AFTER = 2  # commits after the step's, as "within 2" counts

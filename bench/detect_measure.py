@@ -1,10 +1,10 @@
 """Measure the timing noise `make bench-detect` resamples: real jobs of the project's engines on this machine.
 
-Each "job" is what a worker does for one model × engine × level (`service.measure.measure` without
-the numeric check, which is not timed): a fresh session through `service.engines.run_engine` with the
-protocol's defaults (`service.protocol.Protocol`: warm-up 3, then 100 timed runs, 1 thread) except
+Each "job" is what a worker does for one model × engine × level (`service.adapters.measure.measure` without
+the numeric check, which is not timed): a fresh session through `service.adapters.engines.run_engine` with the
+protocol's defaults (`service.domain.protocol.Protocol`: warm-up 3, then 100 timed runs, 1 thread) except
 sequence length 16 (the BERT fixture's position table stops at 64), followed by the canary
-(`service.canary.time_canary`). Jobs go round-robin over the series, so a slow moment of the machine
+(`service.adapters.canary.time_canary`). Jobs go round-robin over the series, so a slow moment of the machine
 lands on every series at once, as it does on a shared CI box; nothing else is controlled.
 
     .venv/bin/python -m bench.detect_measure --seconds 600
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from service.canary import time_canary
-from service.engines import run_engine
-from service.machine import describe_machine
-from service.protocol import Protocol
+from service.adapters.canary import time_canary
+from service.adapters.engines import run_engine
+from service.adapters.machine import describe_machine
+from service.domain.protocol import Protocol
 
 MODELS = Path(__file__).resolve().parents[1] / "tests" / "models"
 OUT = Path(__file__).resolve().parent / "data" / "detect_noise.npz"
@@ -67,7 +67,7 @@ def main() -> None:
             starts[i].append(time.monotonic() - started)
             result = run_engine(engine, MODELS / model, level, **timed)
             samples[i].append(list(result.execute_samples_ms))
-            canaries[i].append(time_canary())  # right after the model's runs, as service.measure times it
+            canaries[i].append(time_canary())  # right after the model's runs, as service.adapters.measure times it
         print(f"round {len(samples[0])}: {time.monotonic() - started:.0f} s, load {loads[-1]:.1f}", flush=True)
     machine = describe_machine()
     meta = {

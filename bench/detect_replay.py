@@ -1,7 +1,7 @@
 """`python -m bench.detect_replay`: `make bench-detect`'s series without the database, in a minute.
 
 The same random stream draws the same jobs (`bench.detect.Series`) in the same order, re-measurements
-included, and each result goes through `service.alerts.timing.decide`/`agree` and
+included, and each result goes through `service.domain.timing.decide`/`agree` and
 `timing_alerts.baseline_window`/`code_changed`; only the walk `timing_alerts.evaluate` makes over the
 database (confirm the alert at this commit or the previous one, unless that commit's re-measurement
 says it was a slow moment, moving the confirmation one commit earlier when the step began there; else
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.detect import MATCH_AFTER, Series, add_series_arguments, plan
-from service.alerts import timing, timing_alerts
+from service.domain import timing
+from service.usecases import timing_alerts
 
 
 @dataclass

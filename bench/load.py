@@ -52,7 +52,7 @@ import httpx
 from onnx import TensorProto, helper
 
 from bench.tokens import bench_token
-from service.machine import describe_machine
+from service.adapters.machine import describe_machine
 
 RESULTS = Path(__file__).parent / "results"
 

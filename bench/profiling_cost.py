@@ -1,6 +1,6 @@
 """What profiling adds to a run, ours and onnxruntime's. Not a test.
 
-The service times every job from the engines' profile traces (service/engines/result.py), so a
+The service times every job from the engines' profile traces (service/adapters/engines/result.py), so a
 profiler's own cost per node is in every stored timing, and more of it at level `disabled`,
 which has the most nodes. This prints, per level, the median run with profiling off and on,
 for both engines, on the same feeds as a service job:
@@ -20,7 +20,7 @@ import onnxruntime as ort
 
 import runtime
 from bench.__main__ import ORT_LEVELS, median_ms
-from service.engines.feeds import make_feeds
+from service.adapters.engines.feeds import make_feeds
 
 
 def ours(path: str, level: str, threads: int, profiled: bool, folder: str) -> runtime.InferenceSession:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.db import make_engine, make_session_factory
+from service.adapters.db import make_engine, make_session_factory
 from service.usecases.tokens import create_token
 
 

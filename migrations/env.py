@@ -10,8 +10,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from service.adapters.db import make_engine
 from service.core.config import settings
-from service.db import make_engine
 from service.models import Base
 
 config = context.config

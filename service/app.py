@@ -17,16 +17,17 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy.exc import OperationalError
 
 from optimizer.text import shorten
-from service import migrate, web
-from service.api.deps import Services
+from service import web
+from service.adapters import migrate
+from service.adapters.db import make_engine, make_session_factory
+from service.adapters.storage import ModelStore
 from service.api.request_bodies import BodyLimit
 from service.api.routes import alerts, bisect, feed_sets, health, metrics, projects, results, runs, webhooks
 from service.auth import API_ACCESS, LoginRequired, login_url
 from service.core.config import Settings, settings
-from service.core.limits import load_limits, upload_limits
-from service.db import make_engine, make_session_factory
+from service.core.limits import upload_limits
 from service.errors import ServiceError
-from service.storage import ModelStore
+from service.services import Services
 from service.usecases import history_points
 
 log = logging.getLogger("fusionwatch.service")
@@ -53,6 +54,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         store=ModelStore(config.data_dir),
         upload_limits=upload_limits(config),
         database=engine.url.render_as_string(hide_password=True),
+        broker_url=config.broker_url or None,
     )
 
     @asynccontextmanager
@@ -69,11 +71,7 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
         if start_worker and not config.broker_url:
             from service.worker.embedded import EmbeddedWorker
 
-            worker = EmbeddedWorker(
-                url, config.data_dir, config.machine_class, load_limits(config), config.job_timeout_s,
-                config.max_attempts, config.poll_interval_s, config.log_level, config.custom_ops,
-                config.job_memory_mb,
-            )
+            worker = EmbeddedWorker(services, url)
             worker.start()
             app.state.worker = worker
         yield

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
@@ -23,12 +22,11 @@ from service.cli_bisect import bisect_command
 from service.cli_check import check_command
 from service.cli_client import submit_command
 from service.cli_measure import analyze_command, run_command
+from service.cli_support import err, guarded, require_custom_ops, require_migrated, shown_url
 from service.cli_tokens import token_app
 from service.console import stdout_console
 
 app = typer.Typer(help="Fusion-regression detection for ONNX models.", no_args_is_help=True)
-# soft_wrap: an error naming a long path stays on one line, whole, so it can be grepped and copied.
-err = Console(stderr=True, soft_wrap=True)
 app.command("bisect")(bisect_command)
 
 
@@ -148,8 +146,8 @@ def serve_command(
     from service.core.config import settings
     from service.core.logging import configure_logging
 
-    _require_migrated()
-    _require_custom_ops()
+    require_migrated()
+    require_custom_ops()
     if workers > 1 and not settings.broker_url:
         # Each API process would start its own embedded worker, and jobs measured side by side
         # slow each other down: the timings would compare the machine's load, not the models.
@@ -186,14 +184,14 @@ def worker_command(
         err.print("[red]error:[/red] FUSIONWATCH_BROKER_URL is not set; a worker needs the broker `fusionwatch serve` "
                   "sends jobs to (e.g. redis://127.0.0.1:6379/0). Without one, `fusionwatch serve` runs jobs itself.")
         raise typer.Exit(2)
-    _require_migrated()
-    _require_custom_ops()
+    require_migrated()
+    require_custom_ops()
     # The queue is the machine class: results this worker records are compared within that class.
     settings.machine_class = queue
     configure_logging(settings.log_level)
     from service.worker.celery_app import celery_app_for
 
-    err.print(f"fusionwatch worker on queue {queue!r} of {_shown(settings.broker_url)}, concurrency {concurrency}")
+    err.print(f"fusionwatch worker on queue {queue!r} of {shown_url(settings.broker_url)}, concurrency {concurrency}")
     # --quiet: no startup banner; what the worker has to say goes through the JSON logs at the set level.
     celery_app_for(settings.broker_url).worker_main([
         "--quiet", "worker", f"--queues={queue}", f"--concurrency={concurrency}", "--pool=prefork",
@@ -211,11 +209,11 @@ def db_upgrade_command(
     revision: Annotated[str, typer.Argument(help="migration to reach")] = "head",
 ) -> None:
     """Apply migrations to the database in FUSIONWATCH_DATABASE_URL (default: SQLite under var/)."""
-    from service import migrate
+    from service.adapters import migrate
     from service.core.config import settings
 
-    _guarded(lambda: migrate.upgrade(settings.database_url, revision))
-    err.print(f"database {_shown(settings.database_url)} is at migration {migrate.current_revision()}")
+    guarded(lambda: migrate.upgrade(settings.database_url, revision))
+    err.print(f"database {shown_url(settings.database_url)} is at migration {migrate.current_revision()}")
 
 
 @db_app.command("downgrade")
@@ -223,59 +221,12 @@ def db_downgrade_command(
     revision: Annotated[str, typer.Argument(help='migration to return to: an id, "-1", or "base" (drops every table)')],
 ) -> None:
     """Undo migrations on the database in FUSIONWATCH_DATABASE_URL, down to REVISION."""
-    from service import migrate
+    from service.adapters import migrate
     from service.core.config import settings
 
-    _guarded(lambda: migrate.downgrade(revision, settings.database_url))
-    shown = _shown(settings.database_url)
+    guarded(lambda: migrate.downgrade(revision, settings.database_url))
+    shown = shown_url(settings.database_url)
     err.print(f"database {shown} is at migration {migrate.current_revision() or 'none'}")
-
-
-def _require_migrated() -> None:
-    """Exit 2 with the advice unless the configured database is at the newest migration."""
-    from service import migrate
-    from service.core.config import settings
-
-    current = _guarded(migrate.current_revision)
-    head = migrate.head_revision()
-    if current != head:
-        err.print(
-            f"[red]error:[/red] database {_shown(settings.database_url)} is at migration {current or 'none'}, "
-            f"this fusionwatch needs {head}; run `fusionwatch db upgrade`",
-        )
-        raise typer.Exit(2)
-
-
-def _require_custom_ops() -> None:
-    """Exit 2 naming the module unless FUSIONWATCH_CUSTOM_OPS imports: a worker started without it
-    would fail every job (or, embedded, be restarted forever)."""
-    from service.core.config import settings
-    from service.engines.custom_ops import load_custom_ops
-
-    try:
-        load_custom_ops(settings.custom_ops)
-    except ValueError as error:
-        err.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
-
-
-def _guarded(database_step):
-    """Run a step against the database; a bad URL, an unreachable server or an unknown revision
-    becomes one error line and exit status 2, like the optimizer's bad inputs."""
-    from alembic.util import CommandError
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        return database_step()
-    except (CommandError, SQLAlchemyError, FileNotFoundError, ValueError) as error:
-        err.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from error
-
-
-def _shown(database_url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(database_url).render_as_string(hide_password=True)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,12 @@ from rich.markup import escape
 from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
 from optimizer.fused_ops import fused_op_counts
 from optimizer.levels import rule_dependencies
-from service.alerts.fusion_alerts import rule_for_op
+from service.adapters.engines.base import EngineError
 from service.ci import expectations
 from service.ci.expectations import Difference, ExpectationsError, Key
 from service.console import stdout_console
-from service.engines.base import EngineError
-from service.models.vocabulary import ENGINES
+from service.domain.vocabulary import ENGINES
+from service.usecases.fusion_alerts import rule_for_op
 
 EXIT_DROP, EXIT_ERROR = 1, 2
 CHECKED_LEVELS = [level for level in LEVEL_NAMES if level != "disabled"]  # disabled fuses nothing by definition
@@ -114,7 +114,7 @@ def _measure(models: list[Path], expect: Path, engines: list[str], levels: list[
                     # What the optimized graph runs, as onnxruntime's counts are (optimizer/fused_ops.py).
                     measured[(name, "fusionwatch", level)] = fused_op_counts(report.ops_after)
                 if "onnxruntime" in engines:
-                    from service.engines.onnxruntime import optimized_counts
+                    from service.adapters.engines.onnxruntime import optimized_counts
 
                     measured[(name, "onnxruntime", level)] = optimized_counts(path, level, custom_ops=custom_ops)[1]
             except (ModelLoadError, ValueError, EngineError) as error:
@@ -123,8 +123,8 @@ def _measure(models: list[Path], expect: Path, engines: list[str], levels: list[
 
 
 def _custom_ops():
+    from service.adapters.engines.custom_ops import load_custom_ops
     from service.core.config import settings
-    from service.engines.custom_ops import load_custom_ops
 
     try:
         return load_custom_ops(settings.custom_ops)

@@ -35,10 +35,11 @@ from rich.table import Table
 
 from service.ci.report import CiStep, ci_step
 from service.console import stdout_console
+from service.domain.vocabulary import AlertKind
 
 API = "/api/v1"
 # Alerts that fail an engine's CI step (`run --fail-on-regression`); a run's verdict is the server's.
-FAILING_KINDS = ("fusion-regression", "timing-regression")
+FAILING_KINDS = (AlertKind.FUSION_REGRESSION, AlertKind.TIMING_REGRESSION)
 EXIT_REGRESSION, EXIT_ERROR = 1, 2
 TOKEN_ENV, SECRET_ENV = "FUSIONWATCH_TOKEN", "FUSIONWATCH_WEBHOOK_SECRET"
 
@@ -193,7 +194,7 @@ def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:
         console.print("no alerts")
         return
     for alert in alerts:
-        colour = "yellow" if alert["kind"] in ("fusion-change",) else "red"
+        colour = "yellow" if alert["kind"] == AlertKind.FUSION_CHANGE else "red"
         # One line per alert, however long: a CI log is grepped for them.
         console.print(f"[{colour}]{alert['kind']}[/{colour}] {escape(alert['message'])}", highlight=False, soft_wrap=True)
         for line in _regression_details(alert):
@@ -202,7 +203,7 @@ def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:
 
 def _regression_details(alert: dict[str, Any]) -> list[str]:
     """Under a fusion-regression's line: its near misses as a person reads them, and its repro."""
-    if alert["kind"] != "fusion-regression":
+    if alert["kind"] != AlertKind.FUSION_REGRESSION:
         return []
     cause = alert.get("cause") or {}
     lines = [f"near miss: {line}" for line in cause.get("near_miss_lines") or []]

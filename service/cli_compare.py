@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from service.engines.compare import describe_row
+from service.adapters.engines.compare import describe_row
 
 
 def read_feed_set_options(options: list[str], model: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -23,8 +23,8 @@ def read_feed_set_options(options: list[str], model: Path) -> dict[str, dict[str
     naming the option, the input and the problem."""
     import onnx
 
+    from service.adapters.feed_sets import check_name, read_npz, validate
     from service.errors import Invalid
-    from service.feed_sets import check_name, read_npz, validate
 
     sets: dict[str, dict[str, np.ndarray]] = {}
     if not options:

@@ -3,7 +3,7 @@
 
 Both measure in this Python environment, with whatever onnxruntime it holds: that is how an engine's
 own commits are tracked (install onnxruntime 1.19, 1.20, 1.21 in turn, post each as a commit).
-`run --server` and `analyze` go through `service.measure.measure`, the worker's own measurement, so a
+`run --server` and `analyze` go through `service.adapters.measure.measure`, the worker's own measurement, so a
 posted result carries what a queued job's would: fused counts, every sample, near misses, the numeric
 check against level `disabled`. `run` without --server keeps its original, lighter output (one
 engine run per pair, no numeric check).
@@ -37,6 +37,7 @@ from service.cli_client import (
     progress,
 )
 from service.console import stdout_console
+from service.domain.vocabulary import AlertKind
 
 ALL_LEVELS = "all-levels"
 MAX_REMEASURE_ROUNDS = 4  # re-measurements of one commit in client mode, at most
@@ -95,7 +96,7 @@ def run_command(
         client = Server.at(server)
         try:
             reply = client.post_results(document)
-            # A suspected timing alert waits for a second measurement (service/alerts/remeasure.py): take
+            # A suspected timing alert waits for a second measurement (service/usecases/remeasure.py): take
             # it now, so this commit's verdict does not wait for the next one.
             # A re-measurement that leaves its alert suspected asks for one more (the server caps them at
             # TimingPolicy.remeasures; this bound only keeps a server that kept asking from looping us).
@@ -126,7 +127,7 @@ def run_command(
         console.print(f"posted commit {ref.sha[:12]} as run {reply['run_id']}: {server.rstrip('/')}{reply['run_url']}",
                       highlight=False, markup=False)
         print_alerts(console, reply["alerts"])
-    # A suspected timing alert is not a finding yet (service/alerts/timing_alerts.py); its confirmation is.
+    # A suspected timing alert is not a finding yet (service/usecases/timing_alerts.py); its confirmation is.
     if fail_on_regression and any(a["kind"] in FAILING_KINDS and a["state"] != "suspected" for a in reply["alerts"]):
         raise typer.Exit(1)
 
@@ -134,8 +135,8 @@ def run_command(
 def results_document(project: str, commit: CommitRef, measured: list[tuple[Path, Any]]) -> dict[str, Any]:
     """The POST /results document for measurements made here: one result per model × engine × level,
     the model named by its file name (the series a model repository's uploads of that file also feed)."""
+    from service.adapters.machine import describe_machine
     from service.core.config import settings
-    from service.machine import describe_machine
     from service.usecases.results import MAX_NEAR_MISSES
 
     return {
@@ -191,7 +192,7 @@ def analyze_command(
     if compare:
         print_comparisons(console, measured)
     # Our optimizer's near misses are the same for both engines at a level; list each once with its levels.
-    from service.alerts.near_miss_order import failed_first_check
+    from service.usecases.near_miss_order import failed_first_check
 
     misses: dict[tuple[str, str, str], list[str]] = {}
     steps: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -224,21 +225,21 @@ def analyze_command(
 def _suspected(reply: dict[str, Any]) -> set[tuple[str, str, str]]:
     """(model, engine, level) of each suspected timing alert in a POST /results reply."""
     return {(a["model"], a["engine"], a["level"]) for a in reply["alerts"]
-            if a["kind"] == "timing-regression" and a["state"] == "suspected"}
+            if a["kind"] == AlertKind.TIMING_REGRESSION and a["state"] == "suspected"}
 
 
 def measure_all(models, engines, levels, disable, runs, warmup, threads, sequence_length,
                 only: set[tuple[str, str, str]] | None = None, feed_sets=None) -> list[tuple[Path, Any]]:
-    """Every model × level × engine through service.measure (or those of them in `only`, by model file
+    """Every model × level × engine through service.adapters.measure (or those of them in `only`, by model file
     name), engines back to back within a level so a pair compared in a table ran close in time; a Rich
     progress bar on stderr."""
     from pydantic import ValidationError
 
+    from service.adapters.engines import EngineError
+    from service.adapters.engines.custom_ops import load_custom_ops
+    from service.adapters.measure import measure
     from service.core.config import settings
-    from service.engines import EngineError
-    from service.engines.custom_ops import load_custom_ops
-    from service.measure import measure
-    from service.protocol import Protocol
+    from service.domain.protocol import Protocol
 
     try:
         protocol = Protocol(engines=engines, levels=levels, runs=runs, warmup=warmup, threads=threads,
@@ -266,7 +267,7 @@ def measure_all(models, engines, levels, disable, runs, warmup, threads, sequenc
 
 
 def _print_local_runs(models, engines, levels, disable, runs, warmup, threads, sequence_length, as_json) -> None:
-    from service.engines import EngineError, run_engine
+    from service.adapters.engines import EngineError, run_engine
 
     options = {"runs": runs, "warmup": warmup, "threads": threads, "sequence_length": sequence_length,
                "disabled": tuple(disable)}
@@ -315,7 +316,7 @@ def _print_engine_results(model: Path, results: list, warmup: int) -> None:
 
 
 def _engines(engine: str) -> list[str]:
-    from service.engines import ENGINES
+    from service.adapters.engines import ENGINES
 
     if engine == "all":
         return list(ENGINES)

@@ -10,28 +10,28 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from service.cli_support import err
 from service.console import stdout_console
 
 token_app = typer.Typer(help="API tokens: who may upload, post results and acknowledge alerts, and who may read.",
                         no_args_is_help=True)
-err = Console(stderr=True, soft_wrap=True)
 
 
 def _on_database(step):
-    """Run `step(session)` in one transaction on the configured database; errors exit 2 with one line."""
-    from service.cli import _guarded, _require_migrated
+    """Run `step(services)` on the configured database; errors exit 2 with one line."""
+    from service.adapters.db import make_engine
+    from service.cli_support import guarded, require_migrated
     from service.core.config import settings
-    from service.db import make_engine, make_session_factory
     from service.errors import ServiceError
+    from service.services import worker_services
 
-    _require_migrated()
+    require_migrated()
     engine = make_engine(settings.database_url)
     try:
-        with make_session_factory(engine)() as session, session.begin():
-            return _guarded(lambda: step(session))
+        services = worker_services(engine, settings)
+        return guarded(lambda: step(services))
     except ServiceError as error:
         err.print(f"[red]error:[/red] {error.message}", highlight=False)
         raise typer.Exit(2) from error
@@ -46,9 +46,9 @@ def create_command(
     project: Annotated[str | None, typer.Option("--project", help="write to this project only")] = None,
 ) -> None:
     """Make a token and print it once; only its SHA-256 is stored."""
-    from service.usecases.tokens import create_token
+    from service.commands.create_token import create_token
 
-    created = _on_database(lambda session: create_token(session, name, scope, project))
+    created = _on_database(lambda services: create_token(services, name, scope, project))
     where = f"project {project!r} only" if project else "every project"
     err.print(f"token {name!r}: scope {scope}, {where}. Shown once; store it now "
               "(clients read it from FUSIONWATCH_TOKEN).", highlight=False)
@@ -58,11 +58,11 @@ def create_command(
 @token_app.command("list")
 def list_command() -> None:
     """Every token: its first characters, scope, project and when it was last used (never the token)."""
-    from service.usecases.tokens import list_tokens
+    from service.queries.tokens import tokens
 
-    def rows(session):
+    def rows(services):
         return [(t.name, t.prefix, t.scope, project or "all", _when(t.created_at), _when(t.last_used_at),
-                 _when(t.revoked_at)) for t, project in list_tokens(session)]
+                 _when(t.revoked_at)) for t, project in tokens(services)]
 
     table = Table("name", "starts with", "scope", "project", "created", "last used", "revoked")
     for row in _on_database(rows):
@@ -73,9 +73,9 @@ def list_command() -> None:
 @token_app.command("revoke")
 def revoke_command(name: Annotated[str, typer.Argument(help="the token's name")]) -> None:
     """Stop a token working, at once; the row stays, for the record."""
-    from service.usecases.tokens import revoke_token
+    from service.commands.revoke_token import revoke_token
 
-    _on_database(lambda session: revoke_token(session, name))
+    _on_database(lambda services: revoke_token(services, name))
     err.print(f"token {name!r} is revoked", highlight=False)
 
 

@@ -7,7 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from optimizer import LEVEL_NAMES
-from service import migrate
+from service.adapters import migrate
 from service.cli import app
 from service.core.config import settings
 from tests.optimizer.test_driver import _mlp

@@ -6,7 +6,7 @@
 
 The fixture table counts fused ops as `fusionwatch run` does (optimizer/fused_ops.py): ours in the
 graph our optimizer returns, onnxruntime's in the optimized graph it writes at the matching GraphOptimizationLevel
-(service/engines/onnxruntime.py `count_ops`). `--ort-cases` needs ONNX Runtime's fusion test
+(service/adapters/engines/onnxruntime.py `count_ops`). `--ort-cases` needs ONNX Runtime's fusion test
 models in FUSIONWATCH_ORT_TESTDATA or var/ort_fusion/; they are onnxruntime's
 `onnxruntime/test/testdata/transform/fusion/*.onnx`, e.g. from a checkout:
     cp onnxruntime/onnxruntime/test/testdata/transform/fusion/*.onnx var/ort_fusion/
@@ -27,7 +27,7 @@ import onnxruntime as ort  # noqa: E402
 
 from optimizer import optimize  # noqa: E402
 from optimizer.fused_ops import fused_op_counts  # noqa: E402
-from service.engines.onnxruntime import count_ops, graph_optimization_level  # noqa: E402
+from service.adapters.engines.onnxruntime import count_ops, graph_optimization_level  # noqa: E402
 
 MODELS = REPO / "tests" / "models"
 

@@ -5,7 +5,7 @@ which we refuse that onnxruntime runs, and which compute something else.
 
 Each model is optimized at basic, extended and all, then run by our InferenceSession at each of
 --levels and by onnxruntime (every optimization off) on the same seeded inputs
-(service/engines/feeds.py). A model lands in one row of the summary:
+(service/adapters/engines/feeds.py). A model lands in one row of the summary:
 
   crash            ours raised something other than a clean error (a bug: fix it first)
   ours refuses     ours refused it cleanly (load, unsupported op, plan, feed, node error) and onnxruntime ran it
@@ -49,8 +49,8 @@ import onnxruntime as ort  # noqa: E402
 import runtime  # noqa: E402
 from optimizer import ModelLoadError, optimize  # noqa: E402
 from runtime.errors import GraphPlanError, InvalidFeedError, NodeExecutionError, UnsupportedModelError  # noqa: E402
-from service.engines.feeds import FeedError, make_feeds  # noqa: E402
-from service.engines.onnxruntime import graph_optimization_level  # noqa: E402
+from service.adapters.engines.feeds import FeedError, make_feeds  # noqa: E402
+from service.adapters.engines.onnxruntime import graph_optimization_level  # noqa: E402
 
 CLEAN_ERRORS = (ModelLoadError, UnsupportedModelError, GraphPlanError, InvalidFeedError, NodeExecutionError, FeedError)
 ROWS = ("crash", "ours refuses", "mismatch", "fused alike", "match", "both refuse", "timeout")

@@ -7,7 +7,7 @@ Create Date: 2026-11-24
 onnx_model/optimizer_run held one report per upload, with no commit, machine or model bytes, so
 no baseline can be built on them and no worker can re-run them; they are replaced, not carried over.
 The CHECK lists are written out (a migration is a snapshot); tests/service/test_migrations.py
-compares them with service/models/vocabulary.py, which Alembic's compare cannot do.
+compares them with service/domain/vocabulary.py, which Alembic's compare cannot do.
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ Revision ID: b4d8e1f0a7c3
 Revises: 7c41e2b9a0d5
 Create Date: 2026-11-24
 
-alert.state gains 'suspected' and 'confirmed' (service/alerts/timing_alerts.py); confirmed_result_id
+alert.state gains 'suspected' and 'confirmed' (service/usecases/timing_alerts.py); confirmed_result_id
 names the measurement that agreed (a re-measurement of the commit, or the next commit) and
-confirmed_at when. result.canary_ms is the fixed matrix product each job times (service/canary.py).
+confirmed_at when. result.canary_ms is the fixed matrix product each job times (service/adapters/canary.py).
 The CHECK list is written out, as in the first migration; tests/service/test_migrations.py compares it
-with service/models/vocabulary.py.
+with service/domain/vocabulary.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """result.numeric_checks and result.divergence: the mark-all numeric check per feed set, and the worst
-comparison's first diverging tensor and per-node rows (service/engines/numerics.py). Results stored
+comparison's first diverging tensor and per-node rows (service/adapters/engines/numerics.py). Results stored
 before have neither: they were checked on their graph outputs only.
 
 Revision ID: a4c9e1f27b30

@@ -1,4 +1,4 @@
-"""feed_set: a project's own .npz inputs for one model, checked by every job of it (service/feed_sets.py).
+"""feed_set: a project's own .npz inputs for one model, checked by every job of it (service/adapters/feed_sets.py).
 
 Revision ID: b7d2f0c83e15
 Revises: a4c9e1f27b30

@@ -3,7 +3,7 @@
 alert.state gains 'resolved' (a later commit restored the lost count: resolved_by_commit_id, resolved_at)
 and 'info' (a rise: recorded, needing nobody's attention; the open fusion-change alerts there are become
 info). Acknowledging records who (acknowledged_by, the token's name) and a note (acknowledged_note).
-alert.cause holds why a fusion-regression happened (service/alerts/cause.py).
+alert.cause holds why a fusion-regression happened (service/usecases/cause.py).
 
 Revision ID: c5e8a1f3b9d6
 Revises: b7c9d2e4f1a3

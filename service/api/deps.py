@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from service.core.config import Settings
-from service.storage import ModelStore
-from service.usecases.known_projects import KnownProjects
-from service.usecases.models import UploadLimits
-
-
-@dataclass
-class Services:
-    """What one app was built with (service.app.create_app): each app, and each test, has its own."""
-
-    settings: Settings
-    session_factory: sessionmaker[Session]
-    # Sessions that only read: on SQLite their transactions never take the write lock (service/db.py).
-    read_session_factory: sessionmaker[Session]
-    store: ModelStore
-    upload_limits: UploadLimits
-    database: str  # the database's URL, password hidden: what remembered API tokens were checked against
-    known_projects: KnownProjects = field(default_factory=KnownProjects)  # the webhooks' and results' look-up
+from service.services import Services
 
 
 def get_services(request: Request) -> Services:

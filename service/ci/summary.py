@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from service.domain.vocabulary import AlertKind
+
 CONCLUSIONS = {"ok": "success", "regression": "failure", "failed": "neutral", "running": "neutral"}
 MAX_SUMMARY_CHARS = 60_000  # GitHub's check-run summary and comment bodies take 65,535
 CAUSE_MISSES = 2  # near misses quoted as a drop's cause when the alert gives no cause of its own
@@ -52,7 +54,7 @@ def summarize(project: str, run: dict[str, Any], diff: dict[str, Any], links: Li
     causes = _causes(run["alerts"])
     lost, gained = count_changes(diff, causes)
     failed = [job for job in run["jobs"] if job["state"] == "failed"]
-    timing_alerts = [a for a in run["alerts"] if a["kind"] == "timing-regression" and a["state"] != "suspected"]
+    timing_alerts = [a for a in run["alerts"] if a["kind"] == AlertKind.TIMING_REGRESSION and a["state"] != "suspected"]
     verdict = run["verdict"]
     conclusion = CONCLUSIONS.get(verdict, "neutral")
     title = _title(verdict, lost, gained, timing_alerts, failed, len(run["jobs"]), timings_pending)
@@ -107,7 +109,7 @@ def _causes(alerts: list[dict[str, Any]]) -> dict[tuple, str]:
     near misses of the rule that makes the op (what the alert message quotes)."""
     causes: dict[tuple, str] = {}
     for alert in alerts:
-        if alert["kind"] != "fusion-regression":
+        if alert["kind"] != AlertKind.FUSION_REGRESSION:
             continue
         for change in alert.get("changes") or []:
             cause = alert.get("cause_text")  # the server's own explanation, where it gives one
@@ -126,7 +128,7 @@ def _causes(alerts: list[dict[str, Any]]) -> dict[tuple, str]:
 def _timings(diff: dict[str, Any], alerts: list[dict[str, Any]], pending: bool) -> list[str]:
     if pending:
         return ["**Timings**: still being measured; this check is updated when they are.", ""]
-    flagged = {(a["model"], a["engine"], a["level"]): a for a in alerts if a["kind"] == "timing-regression"}
+    flagged = {(a["model"], a["engine"], a["level"]): a for a in alerts if a["kind"] == AlertKind.TIMING_REGRESSION}
     rows = []
     for entry in diff["models"]:
         timing = entry["median_ms"]

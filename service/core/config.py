@@ -13,12 +13,20 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from optimizer.model_io import MAX_NODES
-from service.db import DEFAULT_POOL_SIZE
 
 # service/core/config.py -> the checkout's root, where alembic.ini, migrations/ and var/ live.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+# Connections a process keeps open, and as many more it may open for a burst (closed when given
+# back). SQLAlchemy's default, 5 (+10), is below the requests the API serves at once (anyio's 40
+# threads; bench/load.py keeps 16 in flight): every request past the fifth closed its connection
+# when done and the next one opened a new one, a PostgreSQL backend forked and set up each time.
+# At 16 in flight that was one new connection per four webhooks (705 over 3,000) and p99 183 ms;
+# with 20 kept, 23 connections over the run and p99 62-108 ms (bench/load.py, load average 4-8).
+DEFAULT_POOL_SIZE = 20
 
 
 class Settings(BaseSettings):
@@ -51,7 +59,7 @@ class Settings(BaseSettings):
     # machine's memory (or the OOM killer) with it.
     job_memory_mb: int = 0
     max_attempts: int = 2
-    # Python modules defining custom-op kernels for both engines (service/engines/custom_ops.py), comma-separated.
+    # Python modules defining custom-op kernels for both engines (service/adapters/engines/custom_ops.py), comma-separated.
     custom_ops: str = ""
     # Reading (the API's GETs, the dashboard) needs an API token unless this is true; writing always
     # does (service/auth.py). `fusionwatch token create NAME` makes one.

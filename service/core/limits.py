@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from optimizer import LoadLimits
 from service.core.config import Settings, settings
-from service.usecases.models import UploadLimits
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    """What an upload may be: its bytes on the wire, and the model it holds once loaded."""
+
+    max_bytes: int
+    load: LoadLimits
 
 
 def load_limits(config: Settings = settings) -> LoadLimits:

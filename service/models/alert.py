@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import JSON, CheckConstraint, Float, ForeignKey, Index, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.domain.vocabulary import ALERT_KINDS, ALERT_STATES, one_of
 from service.models.base import Base, UtcDateTime, utc_now
-from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, one_of
 
 
 class Alert(Base):
@@ -44,7 +44,7 @@ class Alert(Base):
     changes: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     message: Mapped[str] = mapped_column(Text)
     near_misses: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    # Why a fusion-regression happened (service/alerts/cause.py): {"text", "rule", "depends_on",
+    # Why a fusion-regression happened (service/usecases/cause.py): {"text", "rule", "depends_on",
     # "near_misses", "structure", "looked_at"}; "text" is the stable one-paragraph answer.
     cause: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)

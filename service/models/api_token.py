@@ -12,8 +12,8 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.domain.vocabulary import TOKEN_SCOPES, one_of
 from service.models.base import Base, UtcDateTime, utc_now
-from service.models.vocabulary import TOKEN_SCOPES, one_of
 
 
 class ApiToken(Base):

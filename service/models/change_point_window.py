@@ -1,4 +1,4 @@
-"""One window's change points (service/alerts/change_points.py), kept so that a restarted or second
+"""One window's change points (service/domain/change_points.py), kept so that a restarted or second
 API process reads a series' history without running the windows' permutation tests again.
 
 A window's splits depend on its values, its place in the series and the test's parameters alone,

@@ -1,4 +1,4 @@
-"""A project's own inputs for one of its models: a named .npz (service/feed_sets.py) every job of the model
+"""A project's own inputs for one of its models: a named .npz (service/adapters/feed_sets.py) every job of the model
 checks numerically beside the synthesized feeds."""
 
 from __future__ import annotations

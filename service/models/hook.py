@@ -7,8 +7,8 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.domain.vocabulary import HOOK_FORMATS, one_of
 from service.models.base import Base, UtcDateTime, utc_now
-from service.models.vocabulary import HOOK_FORMATS, one_of
 
 
 class Hook(Base):

@@ -1,6 +1,6 @@
 """A durable unit of work: one model file through one engine at one level on one machine class.
 
-Jobs are claimed by flipping `queued` to `running` in one UPDATE (service/queue.py), so two workers
+Jobs are claimed by flipping `queued` to `running` in one UPDATE (service/adapters/queue.py), so two workers
 never take the same job; a job whose worker died is put back while attempts remain, then failed.
 """
 
@@ -11,8 +11,8 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.domain.vocabulary import ENGINES, JOB_STATES, LEVEL_NAMES, one_of
 from service.models.base import Base, UtcDateTime, utc_now
-from service.models.vocabulary import ENGINES, JOB_STATES, LEVEL_NAMES, one_of
 
 
 class Job(Base):

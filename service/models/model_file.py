@@ -1,5 +1,5 @@
 """One stored model file, identified by its content: the .onnx's sha256 together with any external-data
-files that came with it. The bytes live under the data directory (service/storage.py), one directory
+files that came with it. The bytes live under the data directory (service/adapters/storage.py), one directory
 per file, so a model's external data can only ever be read from its own directory."""
 
 from __future__ import annotations

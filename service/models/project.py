@@ -1,7 +1,7 @@
 """A project: the unit that owns models, commits, alerts and outbound hooks.
 
 `settings` holds the measurement protocol and the values for symbolic input dimensions
-(e.g. {"sequence_length": 128, "threads": 1, "runs": 30, "warmup": 3}); service/protocol.py
+(e.g. {"sequence_length": 128, "threads": 1, "runs": 30, "warmup": 3}); service/domain/protocol.py
 merges it over the defaults.
 """
 
@@ -25,7 +25,7 @@ class Project(Base):
     webhook_secret: Mapped[str | None] = mapped_column(String(200))
     settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # "models": a push measures the commit's own model files, sent with it or fetched from `repository`
-    # (service/model_repository.py); "engine": the models stay and the engine changes, so a push
+    # (service/adapters/model_repository.py); "engine": the models stay and the engine changes, so a push
     # measures the registered models with the engine of the worker it lands on.
     kind: Mapped[str] = mapped_column(String(20), default="models", server_default="models")
     # {"url", "models": [paths or globs], "credentials_env"}; None: pushes must bring their files.

@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, CheckConstraint, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.domain.vocabulary import ENGINES, LEVEL_NAMES, one_of
 from service.models.base import Base, UtcDateTime, utc_now
-from service.models.vocabulary import ENGINES, LEVEL_NAMES, one_of
 
 
 class Result(Base):
@@ -26,7 +26,7 @@ class Result(Base):
         CheckConstraint("median_ms IS NULL OR median_ms >= 0", name="median_not_negative"),
         CheckConstraint("p10_ms IS NULL OR p90_ms IS NULL OR p10_ms <= p90_ms", name="percentiles_ordered"),
         Index(None, "fingerprint", "commit_id"),
-        # A series' history (usecases/history.py, usecases/series.py): the latest result per commit.
+        # A series' history (queries/history.py, queries/series.py): the latest result per commit.
         Index("ix_result_series", "project_id", "model_id", "engine", "level", "machine_class", "commit_id"),
     )
 
@@ -61,14 +61,14 @@ class Result(Base):
     p90_ms: Mapped[float | None] = mapped_column(Float)
     mad_ms: Mapped[float | None] = mapped_column(Float)
     top_kernels: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    canary_ms: Mapped[float | None] = mapped_column(Float)  # the job's fixed matrix product (service/canary.py)
+    canary_ms: Mapped[float | None] = mapped_column(Float)  # the job's fixed matrix product (service/adapters/canary.py)
     # Our engine's kernel library per family, as its session chose them (runtime/kernel_choice.py).
     kernel_libraries: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     max_abs_error: Mapped[float | None] = mapped_column(Float)  # against level `disabled`
     max_rel_error: Mapped[float | None] = mapped_column(Float)
     numeric_ok: Mapped[bool | None] = mapped_column()
     # Per feed set the check used: its inputs, status, errors, first diverging tensor
-    # (service/engines/numerics.py); and the worst comparison in full, rows included.
+    # (service/adapters/engines/numerics.py); and the worst comparison in full, rows included.
     numeric_checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=list)
     divergence: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     peak_bytes: Mapped[int | None] = mapped_column(BigInteger)

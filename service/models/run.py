@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, ForeignKey, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from service.domain.vocabulary import RUN_STATES, one_of
 from service.models.base import Base, UtcDateTime, utc_now
-from service.models.vocabulary import RUN_STATES, one_of
 
 
 class Run(Base):

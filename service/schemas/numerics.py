@@ -1,5 +1,5 @@
 """The numeric check's records as POST /results takes them: per feed set, and the worst comparison's
-rows (service/engines/numerics.py writes them; service/engines/compare.py says what each field is).
+rows (service/adapters/engines/numerics.py writes them; service/adapters/engines/compare.py says what each field is).
 
 An infinite error (shapes that differ) is stored as the string "inf", since JSON has no Infinity.
 """

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from service.models.vocabulary import ENGINES, LEVEL_NAMES
+from service.domain.vocabulary import ENGINES, LEVEL_NAMES
 from service.schemas.fields import (
     INT64_MAX,
     Count,
@@ -79,7 +79,7 @@ class RuleStatsIn(BaseModel):
 
 
 class KernelTimeIn(BaseModel):
-    """One of a run's slowest kernels (service/engines/result.py's top_kernels)."""
+    """One of a run's slowest kernels (service/adapters/engines/result.py's top_kernels)."""
 
     model_config = ConfigDict(extra="forbid")
     op: Key
@@ -109,7 +109,7 @@ class ResultIn(BaseModel):
     numeric_ok: bool | None = None
     peak_bytes: int | None = Field(None, ge=0, le=INT64_MAX)
     session_ms: Milliseconds | None = None
-    canary_ms: Milliseconds | None = None  # service/canary.py, timed by the same job
+    canary_ms: Milliseconds | None = None  # service/adapters/canary.py, timed by the same job
     # Our engine's kernel library per family (runtime/kernel_choice.py), e.g. {"gemm": "onednn"}.
     kernel_libraries: dict[LibraryName, LibraryName] = Field(default_factory=dict, max_length=8)
     # The mark-all numeric check (service/schemas/numerics.py): per feed set, and the worst one's rows.
@@ -118,7 +118,7 @@ class ResultIn(BaseModel):
 
 
 class MachineIn(BaseModel):
-    """service/machine.py's describe_machine(); fields it does not write are ignored."""
+    """service/adapters/machine.py's describe_machine(); fields it does not write are ignored."""
 
     machine_class: line(32, min_length=1) = "cpu"
     hostname: line(255) = ""

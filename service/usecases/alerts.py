@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.adapters.storage import ModelStore
+from service.domain.vocabulary import ALERT_KINDS, ALERT_STATES
 from service.errors import Invalid, NotFound
 from service.models import Alert, Commit, Model, Project, Result
 from service.models.base import utc_now
-from service.models.vocabulary import ALERT_KINDS, ALERT_STATES
-from service.storage import ModelStore
 
 
 def alert_dict(session: Session, alert: Alert) -> dict[str, Any]:

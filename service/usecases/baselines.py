@@ -36,7 +36,7 @@ def measured_ancestors(session: Session, result: Result, limit: int, timings_onl
 
 
 # The walk's statements, built once: POST /results walks 100 measured ancestors for its timing window
-# (service/alerts/timing_alerts.py), and building and compiling a statement per generation cost
+# (service/usecases/timing_alerts.py), and building and compiling a statement per generation cost
 # more than the database's work.
 _COMMITS_NAMED = select(Commit.id, Commit.sha, Commit.parents).where(
     Commit.project_id == bindparam("project_id"), Commit.sha.in_(bindparam("shas", expanding=True)))
@@ -63,7 +63,7 @@ _MEASURED = (
            Result.id != bindparam("result_id"))
     .order_by(Result.id)
 )
-# What the timing window uses of each of its 100 ancestors (service/alerts/timing_alerts.py): decoding
+# What the timing window uses of each of its 100 ancestors (service/usecases/timing_alerts.py): decoding
 # every result's JSON columns (near misses, rules, kernels, op counts) was a fifth of a POST /results.
 TIMING_COLUMNS = (Result.id, Result.commit_id, Result.fingerprint, Result.execute_ms, Result.canary_ms,
                   Result.graph_hash, Result.engine_version, Result.kernel_libraries)

@@ -21,7 +21,7 @@ from sqlalchemy import bindparam, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alerts.change_points import WINDOW, WindowResults
+from service.domain.change_points import WINDOW, WindowResults
 from service.models import ChangePointWindow
 from service.models.base import utc_now
 

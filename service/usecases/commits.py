@@ -8,7 +8,7 @@ from sqlalchemy import Insert, bindparam, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from service.db import adopt_inserted
+from service.adapters.db import adopt_inserted
 from service.errors import Invalid, NotFound
 from service.models import Commit, Project
 from service.models.base import utc_now
@@ -18,7 +18,7 @@ MAX_SHA_CHARS = 64
 
 # A webhook's commit is on the hot path, where building statements and an ORM flush cost more than
 # the writes: statements built once, and one Core INSERT ... RETURNING that numbers the arrival itself
-# (service/db.py: adopt_inserted). The INSERT comes first and steps aside for a commit already there
+# (service/adapters/db.py: adopt_inserted). The INSERT comes first and steps aside for a commit already there
 # (ON CONFLICT DO NOTHING on the (project, sha) key), so a new commit, the usual case, costs one
 # statement, not a look-up and then the write; a commit seen before is read after the INSERT found it.
 _COMMIT_BY_SHA = select(Commit).where(Commit.project_id == bindparam("project_id"), Commit.sha == bindparam("sha"))

@@ -1,4 +1,4 @@
-"""Upload and list a model's feed sets (service/feed_sets.py); the worker's read of them for a job."""
+"""Upload and list a model's feed sets (service/adapters/feed_sets.py); the worker's read of them for a job."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from optimizer import LoadLimits, ModelLoadError, check_model_file
+from service.adapters.feed_sets import FeedSetStore, check_name, read_npz, validate
+from service.adapters.storage import ModelStore
 from service.errors import Invalid
-from service.feed_sets import FeedSetStore, check_name, read_npz, validate
 from service.models import FeedSet, ModelFile, Project
-from service.storage import ModelStore
 from service.usecases.models import get_model
 
 

@@ -27,7 +27,7 @@ from sqlalchemy import Insert, bindparam, func, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alerts.change_points import ChangePoint, WindowResults, change_points
+from service.domain.change_points import ChangePoint, WindowResults, change_points
 from service.models import Commit, HistoryPoint, Model, Project, Result
 from service.models.history_point import VERSIONS
 from service.usecases.change_point_windows import Series, SeriesWindows
@@ -36,7 +36,7 @@ SeriesKey = tuple[str, str, str, str]  # model name, engine, level, machine clas
 
 
 # Change points are computed per window of the series and each window's result kept, here and in
-# the database (service/alerts/change_points.py, usecases/change_point_windows.py): a read after a new
+# the database (service/domain/change_points.py, usecases/change_point_windows.py): a read after a new
 # result recomputes the last window or two, not E-divisive's permutation tests over all 10,000
 # commits, and a restarted process reads the windows instead of computing them.
 windows_seen = WindowResults()

@@ -7,7 +7,7 @@ committed), every HALF-th result of a series that this process stores (and the f
 a pass over the series' end: its last TAIL timed points and how many it has. That is one query over
 the whole series; run after every result, it took POST /results from 10-11 to 19 ms of CPU in
 bench.load (SQLite, 10,000 commits). The windows placed on the whole series
-(service/alerts/change_points.py) that are complete among those, the last SETTLED of them, are
+(service/domain/change_points.py) that are complete among those, the last SETTLED of them, are
 asked for as a read of the whole series asks for them: each is found in this process's memory or
 in the table, or computed and stored. A window completes once per HALF timed points, so a pass
 usually computes one window or none; SETTLED covers the windows that settled while other processes
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.alerts.change_points import WINDOW, change_points
+from service.domain.change_points import WINDOW, change_points
 from service.models import HistoryPoint, Result
 from service.usecases import history_points
 from service.usecases.change_point_windows import Series, SeriesWindows, store_computed

@@ -12,16 +12,11 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from optimizer import LoadLimits, ModelLoadError, check_model_file
+from optimizer import ModelLoadError, check_model_file
+from service.adapters.storage import ModelStore, content_digest, safe_filename, unpack_upload
+from service.core.limits import UploadLimits
 from service.errors import Invalid, NotFound
 from service.models import Model, ModelFile, Project
-from service.storage import ModelStore, content_digest, safe_filename, unpack_upload
-
-
-@dataclass(frozen=True)
-class UploadLimits:
-    max_bytes: int
-    load: LoadLimits
 
 
 @dataclass

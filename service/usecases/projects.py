@@ -10,11 +10,11 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.adapters.model_repository import checked_repository
+from service.domain.protocol import protocol_for
+from service.domain.vocabulary import HOOK_FORMATS
 from service.errors import Conflict, Invalid, NotFound
-from service.model_repository import checked_repository
 from service.models import Hook, Project
-from service.models.vocabulary import HOOK_FORMATS
-from service.protocol import protocol_for
 
 PROJECT_KINDS = ("models", "engine")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")

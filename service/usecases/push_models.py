@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
+from service.adapters.model_repository import Repository, RepositoryError, fetch_models
 from service.errors import Invalid
-from service.model_repository import Repository, RepositoryError, fetch_models
 from service.models import Project
 
 Uploads = list[tuple[str | None, list[tuple[str, bytes]]]]

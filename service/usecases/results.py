@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
@@ -12,57 +12,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from optimizer.fused_ops import fused_op_counts
-from service.alerts.detect import detect
+from service.adapters.storage import ModelStore
+from service.domain.measurement import Measurement, fingerprint
+from service.domain.protocol import protocol_for
+from service.domain.stats import summarize
 from service.errors import Invalid
 from service.models import Alert, Commit, Machine, Model, Project, Result, ResultFusion, Run
-from service.protocol import protocol_for
-from service.stats import summarize
-from service.storage import ModelStore
 from service.usecases.baselines import find_baseline
+from service.usecases.detect import detect
 from service.usecases.history_points import record_point
 from service.usecases.retention import prune_samples
 
 MAX_SAMPLES = 10_000
 MAX_NEAR_MISSES = 500
-
-
-@dataclass
-class Measurement:
-    """What one engine reported for one model at one level; POST /results documents take this shape."""
-
-    engine: str
-    engine_version: str
-    level: str
-    fusions: dict[str, int]
-    execute_ms: list[float] = field(default_factory=list)
-    model_run_ms: list[float] = field(default_factory=list)
-    ops_after: dict[str, int] = field(default_factory=dict)
-    nodes_before: int | None = None
-    nodes_after: int | None = None
-    graph_hash: str | None = None
-    near_misses: list[dict[str, Any]] = field(default_factory=list)
-    rules: dict[str, Any] = field(default_factory=dict)
-    top_kernels: list[dict[str, Any]] = field(default_factory=list)
-    threads: int = 0
-    inputs: dict[str, str] = field(default_factory=dict)
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    numeric_ok: bool | None = None
-    peak_bytes: int | None = None
-    session_ms: float | None = None
-    canary_ms: float | None = None  # the job's fixed matrix product, timed next to the model (service/canary.py)
-    kernel_libraries: dict[str, str] = field(default_factory=dict)  # our engine's, per kernel family
-    # The mark-all numeric check (service/engines/numerics.py): what each feed set fed and found, and
-    # the worst comparison with its first diverging tensor and per-node rows.
-    numeric_checks: list[dict[str, Any]] = field(default_factory=list)
-    divergence: dict[str, Any] | None = None
-
-
-def fingerprint(project_id: int, model_id: int, m: Measurement, machine_class: str) -> str:
-    """The comparability key: what must be equal for two timings to be one series (not the engine version:
-    an engine's change is what the series is for)."""
-    key = [project_id, model_id, m.engine, m.level, machine_class, m.threads, sorted(m.inputs.items())]
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
 def get_or_create_machine(session: Session, description: dict[str, Any]) -> Machine:

@@ -1,7 +1,7 @@
 """Raw timing samples kept for a project's latest N commits only (its `keep_samples_commits` setting): a
 result older than that keeps its statistics (median, p10, p90, MAD, which history and baselines read) and
 its fused counts, and loses `execute_ms` and `model_run_ms`, which are most of a result's bytes (100 runs
-each). N may not be less than what the timing alerts read (service/alerts/timing_alerts.py
+each). N may not be less than what the timing alerts read (service/usecases/timing_alerts.py
 measured_ancestry: five windows of measured ancestors), so pruning never changes a verdict."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from service.alerts.timing import DEFAULT_POLICY
+from service.domain.timing import DEFAULT_POLICY
 from service.models import Commit, Result
 
 MIN_KEEP_COMMITS = DEFAULT_POLICY.window * 5

@@ -8,18 +8,17 @@ from dataclasses import dataclass
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from service.db import adopt_inserted
+from service.adapters.db import adopt_inserted
+from service.domain.protocol import protocol_for
+from service.domain.vocabulary import REGRESSION_KINDS
 from service.errors import NotFound
 from service.models import Alert, Commit, Job, Model, Project, Run
 from service.models.base import utc_now
-from service.protocol import protocol_for
 
-# A run holding one re-measurement of a commit whose timing alert is suspected (service/alerts/remeasure.py).
+# A run holding one re-measurement of a commit whose timing alert is suspected (service/usecases/remeasure.py).
 REMEASURE_TRIGGER = "remeasure"
-# Alerts that make a run's verdict "regression"; fusion-change (counts rose) is information.
-REGRESSION_KINDS = ("fusion-regression", "timing-regression", "numeric-mismatch")
 
-# Every webhook's path: statements built once, Core INSERTs (service/db.py: adopt_inserted).
+# Every webhook's path: statements built once, Core INSERTs (service/adapters/db.py: adopt_inserted).
 _INSERT_RUN = insert(Run.__table__).returning(Run.__table__.c.id)
 _INSERT_JOBS = insert(Job.__table__).returning(Job.__table__.c.id, sort_by_parameter_order=True)
 
@@ -32,7 +31,7 @@ def start_run(
     models: list[Model],
     machine_class: str = "cpu",
 ) -> tuple[Run, list[Job]]:
-    """A run with its jobs queued. Dispatch them (service/queue.py) after the transaction commits."""
+    """A run with its jobs queued. Dispatch them (service/adapters/queue.py) after the transaction commits."""
     protocol = protocol_for(project.settings)
     created = utc_now()
     run = {"project_id": project.id, "commit_id": commit.id, "trigger": trigger, "state": "running" if models else "done",
@@ -61,7 +60,7 @@ def record_only_run(session: Session, project: Project, commit: Commit, trigger:
 
 def finish_if_complete(session: Session, run_id: int) -> None:
     """Done (or failed) once none of its jobs is queued or running, nor a re-measurement of its commit
-    (service/alerts/remeasure.py): a suspected timing alert's confirmation is part of the verdict a CI
+    (service/usecases/remeasure.py): a suspected timing alert's confirmation is part of the verdict a CI
     step waits for. A re-measurement that ends lets the commit's other runs end too."""
     run = session.get(Run, run_id)
     if run is None or run.state != "running":

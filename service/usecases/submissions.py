@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from service.adapters.storage import ModelStore
+from service.core.limits import UploadLimits
+from service.domain.commits import CommitInfo
 from service.errors import Invalid
 from service.models import Commit, Job, Model, Project, Run
-from service.storage import ModelStore
 from service.usecases.commits import record_commit
-from service.usecases.models import Ingested, UploadLimits, ingest_upload, project_models
+from service.usecases.models import Ingested, ingest_upload, project_models
 from service.usecases.runs import start_run
-
-
-@dataclass
-class CommitInfo:
-    sha: str
-    branch: str = "main"
-    parents: list[str] = field(default_factory=list)
-    message: str = ""
-    author: str = ""
-    timestamp: datetime | None = None
 
 
 @dataclass

@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from service.domain.vocabulary import TOKEN_SCOPES
 from service.errors import Conflict, Invalid, NotFound
 from service.models import ApiToken, Project
-from service.models.vocabulary import TOKEN_SCOPES
 from service.usecases.projects import get_project
 
 TOKEN_PREFIX = "fw_"

@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from service.usecases.series import ModelHistory, Series
+from service.domain.vocabulary import AlertKind
+from service.queries.series import ModelHistory, Series
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
 # In the order a marker shows them when one commit raised several.
-ALERT_SYMBOLS = {"fusion-regression": "x", "numeric-mismatch": "diamond", "timing-regression": "triangle-up",
-                 "job-failure": "square", "fusion-change": "circle-open"}
+ALERT_SYMBOLS = {AlertKind.FUSION_REGRESSION: "x", AlertKind.NUMERIC_MISMATCH: "diamond", AlertKind.TIMING_REGRESSION: "triangle-up",
+                 AlertKind.JOB_FAILURE: "square", AlertKind.FUSION_CHANGE: "circle-open"}
 
 
 def commit_url(project: str, sha: str) -> str:

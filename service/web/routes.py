@@ -1,28 +1,28 @@
-"""The dashboard's pages and forms. Thin, as the API's routes are: each reads through a use case and
-renders a template; a ServiceError becomes an HTML page with its status and message."""
+"""The dashboard's pages and forms. Thin, as the API's routes are: each reads through one query
+(service/queries/dashboard.py) or runs one command and renders a template; a ServiceError becomes
+an HTML page with its status and message."""
 
 from __future__ import annotations
 
 import functools
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from service import queue
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
 from service.auth import PAGE_ACCESS, may_create_projects, may_write_to, principal_of
+from service.commands.acknowledge_alert import acknowledge_alert
+from service.commands.create_project import create_project as create_project_command
+from service.commands.upload_model import upload_model
+from service.domain.commits import CommitInfo
+from service.domain.protocol import protocol_for
+from service.domain.vocabulary import ALERT_KINDS, ALERT_STATES, ENGINES, LEVEL_NAMES
 from service.errors import Invalid, NotFound, ServiceError
-from service.models.vocabulary import ALERT_KINDS, ALERT_STATES, ENGINES, LEVEL_NAMES, NEEDS_ATTENTION
-from service.protocol import protocol_for
-from service.usecases import alerts as alert_usecases
-from service.usecases.commit_report import commit_report
-from service.usecases.models import get_model, ingest_upload, project_models
-from service.usecases.overview import latest_runs, project_cells, project_summaries
-from service.usecases.projects import create_project, get_project, list_projects
-from service.usecases.series import model_history
-from service.usecases.submissions import CommitInfo, submit_commit
+from service.queries import dashboard
+from service.queries.alerts import alerts_shown
 from service.web.charts import commit_url, fusion_figure, timing_figure
 from service.web.sign_in import local_path
 from service.web.templating import script_json, templates
@@ -53,26 +53,13 @@ def page(handler):
 @router.get("/", response_class=HTMLResponse)
 @page
 def read_overview(request: Request, session: SessionDep):
-    open_alerts, open_total = alert_usecases.list_alerts(session, limit=10, states=NEEDS_ATTENTION)
-    return "overview.html", {
-        "projects": project_summaries(session),
-        "runs": latest_runs(session, limit=20),
-        "alerts": [alert_usecases.alert_dict(session, a) for a in open_alerts],
-        "open_total": open_total,
-    }
+    return "overview.html", dashboard.overview(session)
 
 
 @router.get("/projects/{project}", response_class=HTMLResponse)
 @page
 def read_project_page(request: Request, session: SessionDep, project: str):
-    found = get_project(session, project)
-    return "project.html", {
-        "project": found,
-        "protocol": protocol_for(found.settings),
-        "cells": project_cells(session, found),
-        "models": project_models(session, found),
-        "runs": latest_runs(session, found, limit=15),
-    }
+    return "project.html", dashboard.project_page(session, project)
 
 
 @router.get("/projects/{project}/models/{model}", response_class=HTMLResponse)
@@ -86,8 +73,7 @@ def read_model_page(
     level: str | None = None,
     page: Annotated[int, Query(ge=1)] = 1,
 ):
-    found = get_project(session, project)
-    history = model_history(session, found, get_model(session, found, model), page=page)
+    found, history = dashboard.model_page(session, project, model, page)
     chosen = _fusion_series(history, engine, level)
     return "model.html", {
         "project": found,
@@ -115,12 +101,11 @@ def _fusion_series(history, engine: str | None, level: str | None):
 @router.get("/projects/{project}/commits/{sha}", response_class=HTMLResponse)
 @page
 def read_commit_page(request: Request, session: SessionDep, project: str, sha: str):
-    found = get_project(session, project)
-    report = commit_report(session, found, sha)
+    found, report, alerts = dashboard.commit_page(session, project, sha)
     return "commit.html", {
         "project": found,
         "report": report,
-        "alerts": [alert_usecases.alert_dict(session, a) for a in report.alerts],
+        "alerts": alerts,
         "running": any(status.verdict == "running" for status in report.runs),
     }
 
@@ -136,18 +121,15 @@ def read_alerts_page(
     page: Annotated[int, Query(ge=1)] = 1,
 ):
     project, kind, state = project or None, kind or None, state or None  # an empty <select> sends ""
-    found = get_project(session, project) if project else None
-    rows, total = alert_usecases.list_alerts(
-        session, found, kind, state, skip=(page - 1) * ALERTS_PER_PAGE, limit=ALERTS_PER_PAGE
-    )
-    projects, _ = list_projects(session, limit=500)
+    alerts, total = alerts_shown(session, project, kind, state, skip=(page - 1) * ALERTS_PER_PAGE,
+                                 limit=ALERTS_PER_PAGE)
     return "alerts.html", {
-        "alerts": [alert_usecases.alert_dict(session, a) for a in rows],
+        "alerts": alerts,
         "total": total,
         "page": page,
         "pages": max(1, -(-total // ALERTS_PER_PAGE)),
         "filters": {"project": project, "kind": kind, "state": state},
-        "projects": [p.name for p in projects],
+        "projects": dashboard.project_names(session),
         "kinds": ALERT_KINDS,
         "states": ALERT_STATES,
     }
@@ -155,13 +137,12 @@ def read_alerts_page(
 
 @router.post("/alerts/{alert_id}/ack")
 def acknowledge_alert_form(
-    request: Request, session: SessionDep, alert_id: int, next: Annotated[str, Form()] = "/alerts",
+    request: Request, services: ServicesDep, alert_id: int, next: Annotated[str, Form()] = "/alerts",
     note: Annotated[str, Form(max_length=2000)] = "",
 ) -> Response:
-    with session.begin():
-        may_write_to(request, alert_usecases.alert_project(session, alert_id))
-        principal = principal_of(request)
-        alert_usecases.acknowledge(session, alert_id, note or None, principal.name if principal else None)
+    principal = principal_of(request)
+    acknowledge_alert(services, alert_id, partial(may_write_to, request), note or None,
+                      principal.name if principal else None)
     return RedirectResponse(local_path(next, "/alerts"), status_code=303)
 
 
@@ -172,8 +153,7 @@ def read_upload_page(request: Request, session: SessionDep, project: str | None 
 
 
 def _upload_context(session, **extra) -> dict[str, Any]:
-    projects, _ = list_projects(session, limit=500)
-    return {"projects": [p.name for p in projects], "engines": ENGINES, "levels": LEVEL_NAMES,
+    return {"projects": dashboard.project_names(session), "engines": ENGINES, "levels": LEVEL_NAMES,
             "defaults": protocol_for(None), "form": {}, "error": None, "selected": None} | extra
 
 
@@ -182,6 +162,7 @@ def _upload_context(session, **extra) -> dict[str, Any]:
 def create_project_form(
     request: Request,
     session: SessionDep,
+    services: ServicesDep,
     name: Annotated[str, Form()],
     engines: Annotated[list[str] | None, Form()] = None,
     levels: Annotated[list[str] | None, Form()] = None,
@@ -194,8 +175,7 @@ def create_project_form(
                  "sequence_length": sequence_length}.items() if value not in (None, [])}
     try:
         may_create_projects(request)
-        with session.begin():
-            project = create_project(session, name, None, settings)
+        project = create_project_command(services, name, None, settings)
     except ServiceError as error:
         form = {"name": name, "engines": engines or [], "levels": levels or []}
         return "upload.html", _upload_context(session, error=error.message, form=form, status_code=error.status)
@@ -219,26 +199,15 @@ def upload_model_form(
         if not file.filename:
             raise Invalid("choose an .onnx file (or a .zip of one .onnx and its external data) to upload")
         files = read_uploads([file], services.upload_limits.max_bytes)
-        with session.begin():
-            found = get_project(session, project)
-            may_write_to(request, found)
-            if not commit.strip():
-                ingest_upload(session, services.store, services.upload_limits, found, files, name or None)
-                submission = None
-            else:
-                submission = submit_commit(
-                    session, services.store, services.upload_limits, found,
-                    CommitInfo(commit.strip(), branch or "main", [], message), [(name or None, files)], "upload",
-                    services.settings.machine_class,
-                )
+        at = CommitInfo(commit.strip(), branch or "main", [], message) if commit.strip() else None
+        uploaded = upload_model(services, project, files, name or None, at, partial(may_write_to, request))
     except ServiceError as error:
         form = {"name": name, "commit": commit, "branch": branch, "message": message}
         return "upload.html", _upload_context(session, error=error.message, form=form, selected=project,
                                               status_code=error.status)
-    if submission is None:
-        return _redirect(f"/projects/{found.name}")
-    queue.dispatch(submission.jobs, services.settings.broker_url)
-    return _redirect(commit_url(found.name, submission.commit.sha))
+    if uploaded.submission is None:
+        return _redirect(f"/projects/{uploaded.project.name}")
+    return _redirect(commit_url(uploaded.project.name, uploaded.submission.commit.sha))
 
 
 def _redirect(url: str) -> tuple[str, dict[str, Any]]:

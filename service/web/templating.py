@@ -9,7 +9,7 @@ from urllib.parse import quote, urlencode
 
 from fastapi.templating import Jinja2Templates
 
-from service.alerts.repro import command
+from service.usecases.repro import command
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"

@@ -4,7 +4,7 @@ at a time so timings are not disturbed by each other.
 Spawned, not forked: oneDNN's GNU OpenMP runtime hangs in a forked child. The API process keeps a
 supervisor thread that restarts the worker when it dies (a model that crashes the interpreter takes
 only this process down) and kills it when a job runs past the timeout; either way the job goes back
-to the queue while attempts remain (service/queue.py).
+to the queue while attempts remain (service/adapters/queue.py).
 """
 
 from __future__ import annotations
@@ -14,57 +14,47 @@ import multiprocessing
 import os
 import signal
 import threading
-from datetime import timedelta
-from pathlib import Path
 
-from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from optimizer import LoadLimits
-from service import queue
-from service.alerts.delivery import deliver
+from service.adapters import queue
+from service.adapters.db import DatabaseOutage, make_engine
+from service.adapters.engines.custom_ops import load_custom_ops
+from service.adapters.machine import limit_address_space
+from service.commands.execute_job import execute_job
+from service.commands.release_jobs import release_jobs
+from service.core.config import Settings
+from service.core.limits import UploadLimits
 from service.core.logging import configure_logging
-from service.db import DatabaseOutage, make_engine, make_session_factory
-from service.engines.custom_ops import load_custom_ops
-from service.machine import describe_machine, limit_address_space
-from service.models import Job
-from service.models.base import utc_now
-from service.storage import ModelStore
-from service.worker.execute import execute_job
+from service.queries.jobs import running_longer_than
+from service.services import Services, worker_services
 
 log = logging.getLogger("fusionwatch.worker")
 
 
-def worker_main(
-    database_url: str, data_dir: str, machine_class: str, limits: LoadLimits, poll_s: float, log_level: str,
-    custom_ops: str = "",
-    memory_mb: int = 0,
-) -> None:
+def worker_main(config: Settings, database_url: str, limits: UploadLimits) -> None:
     """The worker process's loop. SIGTERM lets the current job finish, then exits."""
-    configure_logging(log_level)
-    limit_address_space(memory_mb)
+    configure_logging(config.log_level)
+    limit_address_space(config.job_memory_mb)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     engine = make_engine(database_url)
-    session_factory = make_session_factory(engine)
-    store = ModelStore(Path(data_dir))
+    services = worker_services(engine, config, limits, load_custom_ops(config.custom_ops))
     name = worker_name()
-    machine = describe_machine(machine_class)
-    kernels = load_custom_ops(custom_ops)
     outage = DatabaseOutage(log)
     while not stopping.is_set():
         try:
-            with session_factory() as session:
-                job = queue.claim_next(session, name, machine_class)
+            with services.session_factory() as session:
+                job = queue.claim_next(session, name, config.machine_class)
                 job_id = None if job is None else job.id
         except OperationalError as error:
             stopping.wait(outage.wait_after(error))
             continue
         outage.over()
         if job_id is None:
-            stopping.wait(poll_s)
+            stopping.wait(config.poll_interval_s)
             continue
-        execute_job(session_factory, job_id, store, limits, machine, kernels)
+        execute_job(services, job_id)
     engine.dispose()
 
 
@@ -75,32 +65,21 @@ def worker_name() -> str:
 class EmbeddedWorker:
     """Starts, watches and stops the worker process from inside the API process."""
 
-    def __init__(
-        self,
-        database_url: str,
-        data_dir: Path,
-        machine_class: str,
-        limits: LoadLimits,
-        job_timeout_s: float,
-        max_attempts: int,
-        poll_s: float = 0.5,
-        log_level: str = "WARNING",
-        custom_ops: str = "",
-        memory_mb: int = 0,
-    ) -> None:
-        self._args = (database_url, str(data_dir), machine_class, limits, poll_s, log_level, custom_ops, memory_mb)
-        self._timeout = job_timeout_s
-        self._max_attempts = max_attempts
-        self._session_factory = make_session_factory(make_engine(database_url))
+    def __init__(self, services: Services, database_url: str) -> None:
+        """`services`: the app's; the worker process builds its own on `database_url` from their settings."""
+        config = services.settings
+        self._args = (config, database_url, services.upload_limits)
+        self._timeout = config.job_timeout_s
+        self._max_attempts = config.max_attempts
+        self._services = services
         self._context = multiprocessing.get_context("spawn")
         self._process: multiprocessing.process.BaseProcess | None = None
         self._stop = threading.Event()
         self._watch = threading.Thread(target=self._supervise, name="fusionwatch-worker-supervisor", daemon=True)
 
     def start(self) -> None:
-        with self._session_factory() as session:
-            # Jobs an earlier serve left running belong to no live worker now.
-            queue.release_abandoned(session, self._max_attempts, why="the service restarted while it ran")
+        # Jobs an earlier serve left running belong to no live worker now.
+        release_jobs(self._services, self._max_attempts, why="the service restarted while it ran")
         self._spawn()
         self._watch.start()
 
@@ -137,19 +116,10 @@ class EmbeddedWorker:
             self._spawn()
 
     def _job_overdue(self, name: str) -> bool:
-        with self._session_factory() as session:
-            return session.scalar(
-                select(Job.id).where(
-                    Job.state == "running",
-                    Job.worker == name,
-                    Job.started_at < utc_now() - timedelta(seconds=self._timeout),
-                )
-            ) is not None
+        return running_longer_than(self._services, name, self._timeout)
 
     def _release(self, name: str, why: str) -> None:
-        with self._session_factory() as session:
-            alerts = queue.release_abandoned(session, self._max_attempts, worker=name, why=why)
-        deliver(self._session_factory, alerts)
+        release_jobs(self._services, self._max_attempts, worker=name, why=why)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         self._stop.set()

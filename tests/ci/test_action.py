@@ -22,7 +22,7 @@ import yaml
 
 from tests.ci.loopback_forges import TOKEN, LoopbackForge, loopback_github
 from tests.service.custom_op_plugin import insert_before_gelu
-from tests.service.test_make_run import _serving, api_post
+from tests.service.serving import api_post, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 BERT = ROOT / "tests/models/bert_torchscript_opset14.onnx"
@@ -86,7 +86,7 @@ def test_the_actions_step_reports_a_push_and_a_pull_request_that_loses_bias_gelu
     forge = LoopbackForge()
     forge.merge_bases[(MAIN, HEAD_1)] = MAIN
     forge.merge_bases[(MAIN, HEAD_2)] = MAIN
-    with _serving(tmp_path, None, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server), loopback_github(forge) as github:
+    with serving(tmp_path, None, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server), loopback_github(forge) as github:
         created = api_post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
         assert created.status_code == 201, created.text
         inputs = {"server": base.removesuffix("/api/v1"), "project": "bert-exports", "models": "models/*.onnx",

@@ -18,7 +18,7 @@ import yaml
 from tests.ci.loopback_forges import GITLAB_TOKEN, LoopbackForge, loopback_gitlab
 from tests.ci.test_action import BERT, PLUGIN, ROOT, SETTINGS, fusionwatch_on_path
 from tests.service.custom_op_plugin import insert_before_gelu
-from tests.service.test_make_run import _serving, api_post
+from tests.service.serving import api_post, serving
 
 MAIN, HEAD_1, HEAD_2 = "4d" * 20, "5e" * 20, "6f" * 20
 
@@ -50,7 +50,7 @@ def test_the_gitlab_job_reports_the_default_branch_and_a_merge_request_that_lose
     onnx.save(onnx.load(BERT), export)
     path = fusionwatch_on_path(tmp_path)
     forge = LoopbackForge()
-    with _serving(tmp_path, None, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server), loopback_gitlab(forge) as gitlab:
+    with serving(tmp_path, None, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server), loopback_gitlab(forge) as gitlab:
         assert api_post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS}).status_code == 201
         variables = {"FUSIONWATCH_SERVER": base.removesuffix("/api/v1"), "FUSIONWATCH_PROJECT": "bert-exports"}
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import runtime
 from optimizer import ModelLoadError, optimize
 from runtime.errors import GraphPlanError, InvalidFeedError, NodeExecutionError, UnsupportedModelError
-from service.engines.feeds import FeedError, make_feeds
+from service.adapters.engines.feeds import FeedError, make_feeds
 
 # Examples per strategy: 60 in `make test`; FUSIONWATCH_FUZZ_EXAMPLES=4000 for a longer hunt.
 EXAMPLES = int(os.environ.get("FUSIONWATCH_FUZZ_EXAMPLES", "60"))

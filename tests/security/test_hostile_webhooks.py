@@ -13,7 +13,7 @@ from service.api.request_bodies import MAX_GITHUB_BODY, MAX_RESULTS_BODY
 from service.models import Commit, Job, Model, Result, Run, WebhookDelivery
 from service.schemas.github import MAX_PUSH_COMMITS
 from tests import hostile_models
-from tests.service.test_github_webhook import SECRET, _deliver, _push, _signed
+from tests.service.github_deliveries import SECRET, deliver_push, push_body, signed
 
 DEEP = b"[" * 200_000 + b"]" * 200_000
 
@@ -38,10 +38,10 @@ def _deep_object() -> bytes:
 
 
 def test_json_nested_200000_deep_is_422_on_every_json_route(client, project, session):
-    reply = _deliver(client, DEEP, "deep-1", _signed(DEEP))
+    reply = deliver_push(client, DEEP, "deep-1", signed(DEEP))
     assert reply.status_code == 422 and "webhook body is not JSON" in reply.json()["detail"], reply.text
     body = _deep_object()
-    reply = _deliver(client, body, "deep-2", _signed(body))
+    reply = deliver_push(client, body, "deep-2", signed(body))
     assert reply.status_code == 422 and "webhook body is not JSON" in reply.json()["detail"], reply.text
     reply = client.post("/api/v1/results", content=DEEP, headers={"content-type": "application/json"})
     assert reply.status_code == 422 and "results document is not JSON" in reply.json()["detail"], reply.text
@@ -52,13 +52,13 @@ def test_json_nested_200000_deep_is_422_on_every_json_route(client, project, ses
 
 def test_a_body_of_millions_of_values_is_refused_before_parsing(client, project, session):
     body = b'{"repository": {"name": "engine"}, "x": [' + b"[]," * 1_000_000 + b"[]]}"
-    reply = _deliver(client, body, "values-1", _signed(body))
+    reply = deliver_push(client, body, "values-1", signed(body))
     assert reply.status_code == 422 and "more than 500000 JSON values" in reply.json()["detail"], reply.text
     assert _stored(session) == (0, 0, 0, 0, 0)
 
 
 def test_a_signature_in_latin1_is_401_not_a_crash(client, project, session):
-    body = _push("a" * 40, "0" * 40, [])
+    body = push_body("a" * 40, "0" * 40, [])
     reply = client.post("/api/v1/webhooks/github", content=body, headers={
         "X-GitHub-Event": "push", "X-GitHub-Delivery": "latin-1", "Content-Type": "application/json",
         "X-Hub-Signature-256": "sha256=éé".encode("latin-1")})
@@ -74,8 +74,8 @@ def test_a_signature_in_latin1_is_401_not_a_crash(client, project, session):
     ({"repository": "engine"}, "GitHub delivery: repository"),
 ])
 def test_a_signed_push_of_the_wrong_shape_is_422_naming_the_field(client, project, session, change, named):
-    body = json.dumps({**json.loads(_push("a" * 40, "0" * 40, [])), **change}).encode()
-    reply = _deliver(client, body, "shape", _signed(body))
+    body = json.dumps({**json.loads(push_body("a" * 40, "0" * 40, [])), **change}).encode()
+    reply = deliver_push(client, body, "shape", signed(body))
     assert reply.status_code == 422 and named in reply.json()["detail"], reply.text
     assert _stored(session) == (0, 0, 0, 0, 0)
 
@@ -101,7 +101,7 @@ def _long_push(count: int) -> bytes:
 def test_a_push_listing_40000_commits_records_the_head_and_its_parent(client, project, session):
     body = _long_push(40_000)
     assert len(body) < MAX_GITHUB_BODY
-    reply = _deliver(client, body, "long", _signed(body))
+    reply = deliver_push(client, body, "long", signed(body))
     assert reply.status_code == 202, reply.text
     session.rollback()
     commits = {c.sha: c.parents for c in session.scalars(select(Commit))}
@@ -110,7 +110,7 @@ def test_a_push_listing_40000_commits_records_the_head_and_its_parent(client, pr
 
 def test_a_push_at_the_cap_records_every_commit(client, project, session):
     body = _long_push(MAX_PUSH_COMMITS + 1)  # the head and MAX_PUSH_COMMITS before it
-    assert _deliver(client, body, "capped", _signed(body)).status_code == 202
+    assert deliver_push(client, body, "capped", signed(body)).status_code == 202
     session.rollback()
     assert session.scalar(select(func.count()).select_from(Commit)) == MAX_PUSH_COMMITS + 1
     first = session.scalar(select(Commit).where(Commit.sha == f"{1:040x}"))
@@ -138,9 +138,9 @@ def test_a_signed_multipart_upload_is_checked_from_its_spool_and_a_wrong_signatu
     model = hostile_models.many_nodes(5).SerializeToString()
     body, content_type = _multipart({"project": "engine", "sha": "c" * 40}, model)
     headers = {"content-type": content_type}
-    refused = client.post("/api/v1/webhooks/ci", content=body, headers={**headers, "X-Hub-Signature-256": _signed(body, "wrong")})
+    refused = client.post("/api/v1/webhooks/ci", content=body, headers={**headers, "X-Hub-Signature-256": signed(body, "wrong")})
     assert refused.status_code == 401 and "X-Hub-Signature-256 does not match" in refused.json()["detail"]
     assert _stored(session) == (0, 0, 0, 0, 0)
-    accepted = client.post("/api/v1/webhooks/ci", content=body, headers={**headers, "X-Hub-Signature-256": _signed(body)})
+    accepted = client.post("/api/v1/webhooks/ci", content=body, headers={**headers, "X-Hub-Signature-256": signed(body)})
     assert accepted.status_code == 202, accepted.text
     assert accepted.json()["models"] == ["relu.onnx"] and accepted.json()["jobs"] == 1

@@ -157,7 +157,7 @@ def test_near_miss_texts_quote_at_most_a_few_tensor_values(tmp_path):
 @pytest.mark.parametrize("engine", ["fusionwatch", "onnxruntime"])
 def test_both_engines_refuse_before_opening_the_file(cases, engine):
     """onnxruntime resolves external data itself, so the service checks the file before handing it over."""
-    from service.engines import EngineError, run_engine
+    from service.adapters.engines import EngineError, run_engine
 
     for case in _each(cases):
         with pytest.raises(EngineError) as error:

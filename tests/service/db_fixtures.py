@@ -20,10 +20,10 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from service import migrate
+from service.adapters import migrate
+from service.adapters.db import make_engine, make_session_factory
 from service.app import create_app
 from service.core.config import Settings
-from service.db import make_engine, make_session_factory
 from service.usecases.tokens import create_token
 
 TEST_DATABASE_URL_ENV = "FUSIONWATCH_TEST_DATABASE_URL"

@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi.testclient import TestClient
 
-from service import queue
-from service.core.limits import load_limits
-from service.engines.custom_ops import load_custom_ops
-from service.machine import describe_machine
-from service.worker.execute import execute_job
+from service.adapters import queue
+from service.adapters.engines.custom_ops import load_custom_ops
+from service.commands.execute_job import execute_job
 
 
 def drain(client: TestClient, custom_ops: str = "", limit: int | None = None) -> int:
-    """Execute every queued job (at most `limit`); returns how many ran."""
+    """Execute every queued job (at most `limit`); returns how many ran. Re-measurements stay in the
+    table for the next call, as with the embedded worker, even where the app announces jobs to a broker."""
     services = client.app.state.services
+    worker = replace(services, custom_ops=load_custom_ops(custom_ops or services.settings.custom_ops), broker_url=None)
     ran = 0
-    kernels = load_custom_ops(custom_ops or services.settings.custom_ops)
     while limit is None or ran < limit:
         with services.session_factory() as session:
             job = queue.claim_next(session, "test-worker", services.settings.machine_class)
             job_id = None if job is None else job.id
         if job_id is None:
             return ran
-        execute_job(
-            services.session_factory, job_id, services.store, load_limits(services.settings),
-            describe_machine(services.settings.machine_class), kernels,
-        )
+        execute_job(worker, job_id)
         ran += 1
     return ran

@@ -1,4 +1,4 @@
-"""A job's message published straight to Redis (service/celery_publish.py) is the one Celery's own
+"""A job's message published straight to Redis (service/adapters/celery_publish.py) is the one Celery's own
 send_task makes: kombu reads both back alike, as the task with the job's id."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Queue
 
-from service.celery_publish import RUN_JOB, publish_run_job
+from service.adapters.celery_publish import RUN_JOB, publish_run_job
 
 REDIS_URL = os.environ.get("FUSIONWATCH_TEST_REDIS_URL")
 
@@ -66,7 +66,7 @@ def test_other_brokers_go_through_celery(monkeypatch):
         def send_task(self, name, args, queue):
             sent.append((name, args, queue))
 
-    monkeypatch.setattr("service.worker.celery_app.celery_app_for", lambda url: FakeCelery())
+    monkeypatch.setattr("service.adapters.celery_publish.celery_app", lambda url: FakeCelery())
     for job_id in (1, 2):
         publish_run_job("amqp://guest@127.0.0.1//", "cpu", job_id)
     assert sent == [(RUN_JOB, [1], "cpu"), (RUN_JOB, [2], "cpu")]

@@ -1,4 +1,4 @@
-"""Change points computed per window (service/alerts/change_points.py): a window's result depends on its
+"""Change points computed per window (service/domain/change_points.py): a window's result depends on its
 values alone, so a new result recomputes the last windows only and never moves earlier points, and
 reading the last N commits of a longer series finds the steps the whole series shows."""
 
@@ -9,8 +9,8 @@ from collections import OrderedDict
 import numpy as np
 from sqlalchemy import select
 
-from service.alerts import change_points as cp
-from service.alerts.change_points import WindowResults, change_points
+from service.domain import change_points as cp
+from service.domain.change_points import WindowResults, change_points
 from service.models import ChangePointWindow
 
 
@@ -24,7 +24,7 @@ class CountingResults(WindowResults):
         super().keep(values, seed, p_value, splits)
 
 
-def _series(n: int, steps: dict[int, float], seed: int = 3) -> np.ndarray:
+def stepped_series(n: int, steps: dict[int, float], seed: int = 3) -> np.ndarray:
     values = np.exp(np.random.default_rng(seed).normal(0, 0.03, n))
     for at, factor in steps.items():
         values[at:] *= factor
@@ -32,13 +32,13 @@ def _series(n: int, steps: dict[int, float], seed: int = 3) -> np.ndarray:
 
 
 def test_steps_are_found_where_the_whole_pass_finds_them():
-    values = _series(1000, {300: 1.15, 640: 1 / 1.15, 641 + 200: 1.2})
+    values = stepped_series(1000, {300: 1.15, 640: 1 / 1.15, 641 + 200: 1.2})
     assert [p.index for p in change_points(values)] == [300, 640, 841]
-    assert change_points(_series(1000, {})) == []
+    assert change_points(stepped_series(1000, {})) == []
 
 
 def test_a_new_result_recomputes_the_last_windows_only_and_moves_no_earlier_point():
-    values = _series(1001, {300: 1.15, 640: 1 / 1.15})
+    values = stepped_series(1001, {300: 1.15, 640: 1 / 1.15})
     results = CountingResults()
     before = change_points(values[:1000], results=results)
     assert results.computed == len(cp._windows(0, 1000, cp.WINDOW, 0))
@@ -51,7 +51,7 @@ def test_a_new_result_recomputes_the_last_windows_only_and_moves_no_earlier_poin
 
 
 def test_reading_the_last_commits_of_a_longer_series_places_windows_on_the_whole_series():
-    values = _series(1200, {300: 1.15, 1000: 1.2})
+    values = stepped_series(1200, {300: 1.15, 1000: 1.2})
     results = CountingResults()
     whole = change_points(values, results=results)
     assert [p.index for p in whole] == [300, 1000]
@@ -98,7 +98,7 @@ def _engine_series(client, values, count: int) -> None:
 
 def test_history_after_a_new_result_recomputes_the_last_windows(client, monkeypatch):
     results = _forgetful_history(monkeypatch)
-    values = _series(121, {60: 1.25})
+    values = stepped_series(121, {60: 1.25})
     _engine_series(client, values, 120)
     [series] = client.get("/api/v1/projects/engine/history").json()["series"]
     assert [p["commit"] for p in series["change_points"]] == ["c60"]
@@ -120,7 +120,7 @@ def _stored_positions(session) -> list[int]:
 
 def test_a_process_that_forgot_its_windows_reads_them_from_the_database(client, session, monkeypatch):
     results = _forgetful_history(monkeypatch)
-    values = _series(100, {45: 1.25})
+    values = stepped_series(100, {45: 1.25})
     _engine_series(client, values, 90)
     [series] = client.get("/api/v1/projects/engine/history").json()["series"]
     assert [p["commit"] for p in series["change_points"]] == ["c45"]

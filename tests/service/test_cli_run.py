@@ -12,7 +12,7 @@ from pathlib import Path
 
 from service.cli_client import CommitRef, Server, ServerError
 from service.cli_measure import measure_all, results_document
-from tests.service.test_make_run import _command, _serving, api_get, api_post
+from tests.service.serving import api_get, api_post, fusionwatch_command, serving
 
 BERT = Path("tests/models/bert_torchscript_opset14.onnx")
 SMALL = ["--engine", "all", "--level", "extended", "--runs", "2", "--warmup", "0", "--threads", "1",
@@ -20,13 +20,13 @@ SMALL = ["--engine", "all", "--level", "extended", "--runs", "2", "--warmup", "0
 
 
 def cli_env() -> dict[str, str]:
-    # Read at each call: the token _serving makes is in os.environ only while it serves.
+    # Read at each call: the token serving makes is in os.environ only while it serves.
     return os.environ | {"COLUMNS": "200"}
 
 
 def _run(base: str, sha: str, *extra: str) -> subprocess.CompletedProcess:
     args = ["run", str(BERT), "--server", base, "--project", "onnxruntime", "--commit", sha, *SMALL, *extra]
-    return subprocess.run(_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
+    return subprocess.run(fusionwatch_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
 
 
 def _regressions(alerts: list[dict]) -> list[dict]:
@@ -34,7 +34,7 @@ def _regressions(alerts: list[dict]) -> list[dict]:
 
 
 def test_run_posts_an_engines_commits_and_the_disabled_rule_is_a_regression(tmp_path):
-    with _serving(tmp_path) as (base, _server):
+    with serving(tmp_path) as (base, _server):
         api_post(f"{base}/projects", json={"name": "onnxruntime"}).raise_for_status()
 
         first = _run(base, "e1" * 20)

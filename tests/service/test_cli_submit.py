@@ -11,7 +11,7 @@ import subprocess
 import onnx
 
 from tests.service.custom_op_plugin import insert_before_gelu
-from tests.service.test_make_run import _command, _free_port, _serving, api_post
+from tests.service.serving import api_post, free_port, fusionwatch_command, serving
 
 BERT = "tests/models/bert_torchscript_opset14.onnx"
 PLUGIN = "tests.service.custom_op_plugin"
@@ -20,13 +20,13 @@ SETTINGS = {"runs": 2, "warmup": 0, "levels": ["disabled", "extended"], "threads
 
 
 def cli_env() -> dict[str, str]:
-    # Read at each call: the token _serving makes is in os.environ only while it serves.
+    # Read at each call: the token serving makes is in os.environ only while it serves.
     return os.environ | {"COLUMNS": "200"}
 
 
 def _submit(base: str, sha: str, model, *extra: str) -> subprocess.CompletedProcess:
     args = ["submit", "--server", base, "--project", "bert-exports", "--commit", sha, *extra, str(model)]
-    return subprocess.run(_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
+    return subprocess.run(fusionwatch_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
 
 
 def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, database_url):
@@ -36,7 +36,7 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
     onnx.save(onnx.load(BERT), export_a)
     onnx.save(insert_before_gelu(onnx.load(BERT)), export_b)
     sha_a, sha_b = "a1" * 20, "b2" * 20
-    with _serving(tmp_path, database_url, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
+    with serving(tmp_path, database_url, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
         created = api_post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
         assert created.status_code == 201, created.text
 
@@ -64,7 +64,7 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
         assert "verdict" not in again.stdout
 
         unknown = subprocess.run(
-            _command("submit", "--server", base, "--project", "nope", "--commit", "d4", str(export_a)),
+            fusionwatch_command("submit", "--server", base, "--project", "nope", "--commit", "d4", str(export_a)),
             env=cli_env(), capture_output=True, text=True, timeout=120,
         )
         assert unknown.returncode == 2
@@ -74,9 +74,9 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
 def test_submit_to_an_unreachable_server_exits_2_naming_it(tmp_path):
     model = tmp_path / "m.onnx"
     onnx.save(onnx.load(BERT), model)
-    server = f"http://127.0.0.1:{_free_port()}"
+    server = f"http://127.0.0.1:{free_port()}"
     result = subprocess.run(
-        _command("submit", "--server", server, "--project", "p", "--commit", "a1", "--wait", str(model)),
+        fusionwatch_command("submit", "--server", server, "--project", "p", "--commit", "a1", "--wait", str(model)),
         env=cli_env(), capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.service.test_make_run import RESNET, _command, _serving, _wait_for_run, api_post
+from tests.service.serving import RESNET, api_post, fusionwatch_command, serving, wait_for_run
 
 REDIS_URL = os.environ.get("FUSIONWATCH_TEST_REDIS_URL")
 
@@ -19,11 +19,11 @@ def test_worker_runs_the_jobs_serve_sends_to_its_queue(tmp_path, database_url):
     # A queue of this test's own: other Celery workers on the shared Redis must not take its jobs.
     queue = f"test-{uuid.uuid4().hex[:12]}"
     shared = {"FUSIONWATCH_BROKER_URL": REDIS_URL, "FUSIONWATCH_MACHINE_CLASS": queue}
-    with _serving(tmp_path, database_url, **shared) as (base, _server):
+    with serving(tmp_path, database_url, **shared) as (base, _server):
         env = os.environ | shared | {"FUSIONWATCH_DATABASE_URL": database_url, "FUSIONWATCH_DATA_DIR": str(tmp_path / "data")}
         log_path = tmp_path / "worker.log"
         with log_path.open("w") as log:
-            worker = subprocess.Popen(_command("worker", "--queue", queue), env=env, stdout=log, stderr=subprocess.STDOUT)
+            worker = subprocess.Popen(fusionwatch_command("worker", "--queue", queue), env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             settings = {"runs": 2, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
             api_post(f"{base}/projects", json={"name": "cnn", "settings": settings}).raise_for_status()
@@ -31,7 +31,7 @@ def test_worker_runs_the_jobs_serve_sends_to_its_queue(tmp_path, database_url):
                 upload = api_post(f"{base}/projects/cnn/models", files={"file": ("resnet.onnx", model.read())},
                                     data={"commit": "c1"}, timeout=30)
             assert upload.status_code == 201, upload.text
-            run = _wait_for_run(base, upload.json()["run_url"], timeout_s=240)
+            run = wait_for_run(base, upload.json()["run_url"], timeout_s=240)
             assert run["verdict"] == "ok", (run, log_path.read_text())
             [job] = run["jobs"]
             assert job["state"] == "done" and job["attempts"] == 1
@@ -47,6 +47,6 @@ def test_worker_runs_the_jobs_serve_sends_to_its_queue(tmp_path, database_url):
 
 def test_worker_without_a_broker_exits_2_saying_what_to_set(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FUSIONWATCH_BROKER_URL"}
-    result = subprocess.run(_command("worker"), env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(fusionwatch_command("worker"), env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "FUSIONWATCH_BROKER_URL is not set" in result.stderr

@@ -10,10 +10,14 @@ import numpy as np
 import onnx
 import pytest
 
-from service.engines.compare import plan_chunks
-from service.engines.compare_native import compare_native, unfused_sizes
-from service.engines.compare_onnxruntime import compare_onnxruntime, compare_onnxruntime_files, write_graphs
-from service.engines.feeds import LEFT_PADDED, RIGHT_PADDED, SYNTHESIZED, synthesized_feed_sets
+from service.adapters.engines.compare import plan_chunks
+from service.adapters.engines.compare_native import compare_native, unfused_sizes
+from service.adapters.engines.compare_onnxruntime import (
+    compare_onnxruntime,
+    compare_onnxruntime_files,
+    write_graphs,
+)
+from service.adapters.engines.feeds import LEFT_PADDED, RIGHT_PADDED, SYNTHESIZED, synthesized_feed_sets
 from tests.oracle import ATOL, MODELS, RTOL
 from tests.service.wrong_fusions import (
     WRONG_EPSILON,
@@ -148,8 +152,8 @@ def test_chunk_plan_bounds_each_side_and_the_number_of_runs():
 def test_when_onnxruntime_cannot_write_its_graph_the_outputs_are_still_compared():
     """onnxruntime refuses to write some optimized graphs (its NCHWc layouts); the check then compares
     the graph outputs of its session at the level with ORT_DISABLE_ALL and says why it went no deeper."""
-    from service.engines.compare_onnxruntime import _outputs_only
-    from service.engines.custom_ops import NO_CUSTOM_OPS
+    from service.adapters.engines.compare_onnxruntime import _outputs_only
+    from service.adapters.engines.custom_ops import NO_CUSTOM_OPS
 
     model = MODELS / "resnet_tiny_opset17.onnx"
     sets = synthesized_feed_sets(onnx.load(model), SEQ)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
+from service.adapters.db import make_engine, make_session_factory
+from service.adapters.storage import ModelStore
 from service.core.limits import upload_limits
-from service.db import make_engine, make_session_factory
 from service.models import Machine, Model, ModelFile
-from service.storage import ModelStore
 from service.usecases.models import ingest_upload
 from service.usecases.projects import create_project
 from service.usecases.results import get_or_create_machine

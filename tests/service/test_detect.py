@@ -9,13 +9,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from service.alerts import timing, timing_alerts
-from service.stats import (
+from service.domain import timing
+from service.domain.stats import (
     excess_over_neighbours,
     mann_whitney_greater,
     successive_mean_spread,
     successive_spread,
 )
+from service.usecases import timing_alerts
 from tests.service.receiver import Receiver
 
 # 30 samples around 1 ms with a within-job spread of a few percent; JOB_WOBBLE moves whole jobs by ±1%.
@@ -498,10 +499,10 @@ def test_the_commit_after_a_graph_change_still_counts_as_changed(client):
 
 
 def test_the_energy_statistic_matches_its_definition():
-    """_best_split's prefix sums against the formula written out for every split."""
+    """best_split's prefix sums against the formula written out for every split."""
     import numpy as np
 
-    from service.alerts.change_points import MIN_SIDE, _best_split
+    from service.domain.change_points import MIN_SIDE, best_split
 
     x = np.array([0.1, 0.3, 0.2, 0.25, 0.9, 1.1, 0.95, 1.0, 0.2, 0.85, 1.05])
     n = len(x)
@@ -514,14 +515,14 @@ def test_the_energy_statistic_matches_its_definition():
         q = tau * (n - tau) / n * (2 * cross - within_l - within_r)
         if q > best_q:
             best_q, best_tau = q, tau
-    tau, q = _best_split(np.abs(x[:, None] - x[None, :])[None])
+    tau, q = best_split(np.abs(x[:, None] - x[None, :])[None])
     assert (int(tau[0]), float(q[0])) == (best_tau, pytest.approx(best_q))
 
 
 def test_change_points_find_planted_steps_and_nothing_in_noise():
     import numpy as np
 
-    from service.alerts.change_points import change_points
+    from service.domain.change_points import change_points
 
     rng = np.random.default_rng(1)
     quiet = np.exp(rng.normal(0, 0.03, 120))
@@ -556,8 +557,8 @@ def test_history_returns_change_points_and_where_they_disagree_with_alerts(clien
 def test_every_measurement_carries_its_canary():
     from pathlib import Path
 
-    from service.measure import measure
-    from service.protocol import Protocol
+    from service.adapters.measure import measure
+    from service.domain.protocol import Protocol
 
     model = Path(__file__).resolve().parents[1] / "models" / "resnet_tiny_opset17.onnx"
     measured = measure(model, "onnxruntime", "basic", Protocol(runs=2, warmup=1))

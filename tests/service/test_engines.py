@@ -1,4 +1,4 @@
-"""service.engines: both engines at every level, their counts, timings, feeds and errors.
+"""service.adapters.engines: both engines at every level, their counts, timings, feeds and errors.
 
 Runs are short (2 timed after 1 warm-up) on the tiny fixtures in tests/models; nothing here
 asserts a speed, only that the timings are well-formed.
@@ -16,9 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from optimizer import LEVEL_NAMES, optimize
 from optimizer.fused_ops import fused_op_keys
-from service.engines import ENGINES, EngineError, run_engine
-from service.engines import onnxruntime as ort_engine
-from service.engines.feeds import FeedError, feeds_digest, make_feeds
+from service.adapters.engines import ENGINES, EngineError, run_engine
+from service.adapters.engines import onnxruntime as ort_engine
+from service.adapters.engines.feeds import FeedError, feeds_digest, make_feeds
 from tests.oracle import MODELS
 
 BERT_STATIC = MODELS / "bert_static_dynamo_opset20.onnx"

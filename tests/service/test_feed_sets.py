@@ -86,7 +86,7 @@ def test_a_feed_set_over_the_limit_is_refused_before_it_is_read(project, monkeyp
     monkeypatch.setattr("service.api.routes.feed_sets.MAX_FEED_SET_BYTES", 1000)
     reply = _upload(project, _npz(**_decoder_feeds(batch=8, seq=64)))
     assert reply.status_code == 413 and "over the limit of 1000 bytes" in reply.json()["detail"]
-    monkeypatch.setattr("service.feed_sets.MAX_FEED_SET_BYTES", 10_000)
+    monkeypatch.setattr("service.adapters.feed_sets.MAX_FEED_SET_BYTES", 10_000)
     # An archive small on the wire (zeros compress) whose arrays declare 98,688 bytes (headers included) once decompressed.
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **{name: np.zeros((8, 512), np.int64) for name in _decoder_feeds()})

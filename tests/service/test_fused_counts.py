@@ -7,8 +7,8 @@ import json
 
 from sqlalchemy import text
 
-from service import migrate
-from service.db import make_engine
+from service.adapters import migrate
+from service.adapters.db import make_engine
 
 OLD_REVISION = "b19f0c7e5a26"  # before fused counts were recounted from the optimized graph
 

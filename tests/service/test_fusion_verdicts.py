@@ -14,8 +14,8 @@ import onnx_ir as ir
 import pytest
 
 from optimizer import optimize
-from service.alerts.repro import MAX_REPRO_BYTES
-from service.engines import ENGINES
+from service.adapters.engines import ENGINES
+from service.usecases.repro import MAX_REPRO_BYTES
 from tests.service.jobs import drain
 
 ERF = "tests/models/bert_torchscript_opset14.onnx"

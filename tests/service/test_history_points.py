@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import select
 
-from service import migrate
-from service.db import make_engine, make_session_factory
+from service.adapters import migrate
+from service.adapters.db import make_engine, make_session_factory
 from service.models import Commit, Model, Result
 from service.usecases import history_points
 from service.usecases.commits import record_commit

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from service.alerts.change_points import change_points
+from service.domain.change_points import change_points
 from service.models import ChangePointWindow, Commit
 from service.usecases import history_points, history_windows
 from service.usecases.commits import record_commit
 from service.usecases.projects import get_project
 from tests.service.jobs import drain
-from tests.service.test_change_point_windows import CountingResults, _series
+from tests.service.test_change_point_windows import CountingResults, stepped_series
 
 N = 201  # windows at 0, 25, ..., 175 (the last 26 long so far), settled up to the one ending at 100
 
@@ -81,7 +81,7 @@ def engine(client):
 
 
 def test_a_first_read_after_results_arrived_finds_the_settled_windows_stored(engine, session, monkeypatch):
-    values = _series(N, {60: 1.25})
+    values = stepped_series(N, {60: 1.25})
     for i in range(N):
         _post(engine, values, i)
     assert _stored(session) == [0, 25, 50]  # the last whole window ending 100 commits or more before the newest
@@ -92,7 +92,7 @@ def test_a_first_read_after_results_arrived_finds_the_settled_windows_stored(eng
 
 
 def test_a_window_is_stored_at_the_first_pass_after_it_settled(engine, session):
-    values = _series(176, {})
+    values = stepped_series(176, {})
     for i in range(150):
         _post(engine, values, i)
     # The window at 0 settled with the 150th result; the passes come with the 1st, 26th, ..., 151st...
@@ -105,7 +105,7 @@ def test_a_window_is_stored_at_the_first_pass_after_it_settled(engine, session):
 
 
 def test_results_posted_concurrently_leave_the_same_windows_as_in_order(engine, session, monkeypatch):
-    values = _series(N, {70: 1.25})
+    values = stepped_series(N, {70: 1.25})
     _post(engine, values, 0)
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: _post(engine, values, i), range(1, N)))
@@ -123,7 +123,7 @@ def test_results_posted_concurrently_leave_the_same_windows_as_in_order(engine, 
 def test_results_arriving_out_of_order_give_the_change_points_of_the_whole_series(engine, session, monkeypatch):
     # The commits are known first (numbered in order), then measured in another order: within a few of
     # the newest (as results in flight together commit), and long after (a commit measured late).
-    values = _series(N, {40: 1.3, 95: 1 / 1.3})
+    values = stepped_series(N, {40: 1.3, 95: 1 / 1.3})
     services = engine.app.state.services
     with services.session_factory() as writer, writer.begin():
         project = get_project(writer, "engine")
@@ -149,7 +149,7 @@ def test_results_arriving_out_of_order_give_the_change_points_of_the_whole_serie
 
 
 def test_each_series_a_post_joins_gets_its_windows(engine, session):
-    values, basic = _series(151, {}), _series(151, {}, seed=4)
+    values, basic = stepped_series(151, {}), stepped_series(151, {}, seed=4)
     for i in range(151):
         document = _document(values, i)
         document["results"].append(document["results"][0] | {"level": "basic", "execute_ms": [float(basic[i])] * 5})
@@ -160,7 +160,7 @@ def test_each_series_a_post_joins_gets_its_windows(engine, session):
 
 
 def test_untimed_results_are_left_out_as_a_read_leaves_them_out(engine, session, monkeypatch):
-    values = _series(N, {50: 1.25})
+    values = stepped_series(N, {50: 1.25})
     for i in range(N):
         document = _document(values, i)
         if i % 9 == 4:
@@ -178,7 +178,7 @@ def test_the_worker_computes_the_windows_of_the_series_its_result_joins(client, 
     client.post("/api/v1/projects", json={"name": "engine", "kind": "engine", "settings": settings}).raise_for_status()
     with open("tests/models/resnet_tiny_opset17.onnx", "rb") as model:
         client.post("/api/v1/projects/engine/models", files={"file": ("bert.onnx", model)}).raise_for_status()
-    values = _series(150, {})
+    values = stepped_series(150, {})
     for i in range(150):
         _post(client, values, i, level="basic")
     assert _stored(session) == []

@@ -5,109 +5,19 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-STARTUP_SECONDS = 60  # imports onnx, the optimizer and FastAPI on a shared, busy machine
-FUSIONWATCH = Path(sys.executable).with_name("fusionwatch")
-RESNET = "tests/models/resnet_tiny_opset17.onnx"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def api_get(url: str, **kwargs) -> httpx.Response:
-    """httpx.get with the served app's token (`_serving` puts it in FUSIONWATCH_TOKEN, where the CLI reads it)."""
-    return httpx.get(url, headers=_authorization(), **kwargs)
-
-
-def api_post(url: str, **kwargs) -> httpx.Response:
-    return httpx.post(url, headers=_authorization(), **kwargs)
-
-
-def _authorization() -> dict[str, str]:
-    return {"Authorization": f"Bearer {os.environ['FUSIONWATCH_TOKEN']}"}
-
-
-def _command(*args: str) -> list[str]:
-    # The installed entry point is what `make run` uses; fall back to the module in an uninstalled checkout.
-    return [str(FUSIONWATCH), *args] if FUSIONWATCH.is_file() else [sys.executable, "-m", "service.cli", *args]
-
-
-@contextmanager
-def _serving(tmp_path, database_url: str | None = None, **env_overrides):
-    """`fusionwatch db upgrade`, `fusionwatch token create`, then `fusionwatch serve` on a fresh database
-    (default: SQLite in a folder that does not exist yet); yields (base URL, server) with the write token
-    in FUSIONWATCH_TOKEN for the test's own requests (api_get, api_post) and the CLI it starts."""
-    database = tmp_path / "nested" / "fusionwatch.db"
-    url = database_url or f"sqlite:///{database}"
-    env = os.environ | {"FUSIONWATCH_DATABASE_URL": url, "FUSIONWATCH_LOG_LEVEL": "WARNING"}
-    env |= env_overrides
-    upgrade = subprocess.run(_command("db", "upgrade"), env=env, capture_output=True, text=True, timeout=120)
-    assert upgrade.returncode == 0, upgrade.stderr
-    assert database_url or database.is_file()
-    assert "is at migration" in upgrade.stderr
-    created = subprocess.run(_command("token", "create", "test-admin"), env=env, capture_output=True, text=True,
-                             timeout=120)
-    assert created.returncode == 0, created.stderr
-    token = created.stdout.strip()
-    assert token.startswith("fw_") and token not in created.stderr
-    previous_token = os.environ.get("FUSIONWATCH_TOKEN")
-    os.environ["FUSIONWATCH_TOKEN"] = token
-
-    port = _free_port()
-    log_path = tmp_path / "serve.log"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            _command("serve", "--port", str(port), "--data-dir", str(tmp_path / "data")),
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-    try:
-        base = f"http://127.0.0.1:{port}/api/v1"
-        deadline = time.monotonic() + STARTUP_SECONDS
-        health = None
-        while time.monotonic() < deadline and server.poll() is None:
-            try:
-                health = httpx.get(f"{base}/health", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.25)
-        assert health is not None, f"no answer within {STARTUP_SECONDS}s:\n{log_path.read_text()}"
-        assert health.status_code == 200 and health.json()["status"] == "ok"
-        yield base, server
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
-        if previous_token is None:
-            os.environ.pop("FUSIONWATCH_TOKEN", None)
-        else:
-            os.environ["FUSIONWATCH_TOKEN"] = previous_token
-    log = log_path.read_text()
-    assert "fusionwatch serving on" in log
-    assert token not in log
-
-
-def _wait_for_run(base: str, run_url: str, timeout_s: float = 180) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run = api_get(f"{base.removesuffix('/api/v1')}{run_url}", timeout=5).json()
-        if run["state"] != "running":
-            return run
-        time.sleep(0.3)
-    raise AssertionError(f"run {run_url} still running after {timeout_s}s: {run}")
+from tests.service.serving import (
+    RESNET,
+    api_get,
+    api_post,
+    free_port,
+    fusionwatch_command,
+    serving,
+    wait_for_run,
+)
 
 
 def _wait_until_running(base: str, run_url: str, timeout_s: float = 60) -> None:
@@ -125,7 +35,7 @@ def _worker_pids(server: subprocess.Popen) -> list[int]:
 
 
 def test_serve_runs_an_uploaded_commit_in_its_worker_process(tmp_path):
-    with _serving(tmp_path) as (base, _server):
+    with serving(tmp_path) as (base, _server):
         assert api_get(f"{base}/projects", timeout=5).json() == {"items": [], "total": 0}
         settings = {"runs": 3, "warmup": 1, "levels": ["disabled", "all"]}
         assert api_post(f"{base}/projects", json={"name": "cnn", "settings": settings}).status_code == 201
@@ -138,7 +48,7 @@ def test_serve_runs_an_uploaded_commit_in_its_worker_process(tmp_path):
             )
         assert upload.status_code == 201, upload.text
         assert upload.json()["jobs"] == 4
-        run = _wait_for_run(base, upload.json()["run_url"])
+        run = wait_for_run(base, upload.json()["run_url"])
         assert run["verdict"] == "ok", run
         assert run["jobs_done"] == 4
         history = api_get(f"{base}/projects/cnn/history", params={"engine": "fusionwatch", "level": "all"}).json()
@@ -150,7 +60,7 @@ def test_serve_runs_an_uploaded_commit_in_its_worker_process(tmp_path):
 
 def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path):
     """SIGKILL the worker process mid-job: the supervisor restarts it and the job runs again, once."""
-    with _serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
+    with serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
         settings = {"runs": 3000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
         api_post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:
@@ -161,7 +71,7 @@ def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path
         time.sleep(1.0)  # inside the measurement
         [worker] = _worker_pids(server)
         os.kill(worker, signal.SIGKILL)
-        run = _wait_for_run(base, run_url)
+        run = wait_for_run(base, run_url)
         [job] = run["jobs"]
         assert job["state"] == "done" and job["attempts"] == 2, job
         history = api_get(f"{base}/projects/slow/history").json()
@@ -171,7 +81,7 @@ def test_a_job_whose_worker_is_killed_runs_again_and_records_one_result(tmp_path
 def test_serve_without_db_upgrade_exits_with_the_advice(tmp_path):
     env = os.environ | {"FUSIONWATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'fresh.db'}"}
     server = subprocess.run(
-        _command("serve", "--port", str(_free_port())), env=env, capture_output=True, text=True, timeout=120
+        fusionwatch_command("serve", "--port", str(free_port())), env=env, capture_output=True, text=True, timeout=120
     )
     assert server.returncode == 2
     assert "run `fusionwatch db upgrade`" in server.stdout + server.stderr
@@ -182,14 +92,14 @@ def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_
     with the allocation it could not make, and the next upload still runs."""
     from tests import hostile_models as hostile
 
-    with _serving(tmp_path, FUSIONWATCH_JOB_MEMORY_MB="4096", FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
+    with serving(tmp_path, FUSIONWATCH_JOB_MEMORY_MB="4096", FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
         settings = {"runs": 1, "warmup": 0, "levels": ["basic"], "engines": ["fusionwatch", "onnxruntime"]}
         api_post(f"{base}/projects", json={"name": "hostile", "settings": settings}).raise_for_status()
         for index, build in enumerate((hostile.huge_range, hostile.lying_broadcast)):
             upload = api_post(f"{base}/projects/hostile/models", data={"commit": f"bad{index}"},
                                 files={"file": (f"m{index}.onnx", build().SerializeToString())}, timeout=30)
             assert upload.status_code == 201, upload.text
-            run = _wait_for_run(base, upload.json()["run_url"])
+            run = wait_for_run(base, upload.json()["run_url"])
             assert run["verdict"] == "failed", run
             for job in run["jobs"]:
                 assert job["state"] == "failed" and "allocate" in job["error"].lower(), job
@@ -197,19 +107,19 @@ def test_models_that_explode_at_run_time_fail_their_jobs_and_the_worker_carries_
         with open(RESNET, "rb") as model:
             upload = api_post(f"{base}/projects/hostile/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "good"}, timeout=30)
-        assert _wait_for_run(base, upload.json()["run_url"])["verdict"] == "ok"
+        assert wait_for_run(base, upload.json()["run_url"])["verdict"] == "ok"
         assert _worker_pids(server) == [worker]  # the same process: nothing crashed
 
 
 def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
     env = {"FUSIONWATCH_JOB_TIMEOUT_S": "2", "FUSIONWATCH_MAX_ATTEMPTS": "1", "FUSIONWATCH_POLL_INTERVAL_S": "0.1"}
-    with _serving(tmp_path, **env) as (base, server):
+    with serving(tmp_path, **env) as (base, server):
         settings = {"runs": 5000, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
         api_post(f"{base}/projects", json={"name": "slow", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:
             upload = api_post(f"{base}/projects/slow/models", files={"file": ("resnet.onnx", model.read())},
                                 data={"commit": "t1"}, timeout=30)
-        run = _wait_for_run(base, upload.json()["run_url"])
+        run = wait_for_run(base, upload.json()["run_url"])
         [job] = run["jobs"]
         assert job["state"] == "failed" and "ran past the 2 s job timeout" in job["error"], job
         [alert] = run["alerts"]
@@ -221,7 +131,7 @@ def test_a_job_past_the_timeout_is_killed_and_failed_with_its_reason(tmp_path):
 
 
 def test_sigterm_lets_the_running_job_finish_before_the_service_exits(tmp_path):
-    with _serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
+    with serving(tmp_path, FUSIONWATCH_POLL_INTERVAL_S="0.1") as (base, server):
         settings = {"runs": 300, "warmup": 0, "levels": ["disabled"], "engines": ["fusionwatch"]}
         api_post(f"{base}/projects", json={"name": "drain", "settings": settings}).raise_for_status()
         with open(RESNET, "rb") as model:

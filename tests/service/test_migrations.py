@@ -10,9 +10,9 @@ from alembic.runtime.migration import MigrationContext
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
-from service import migrate
+from service.adapters import migrate
+from service.adapters.db import make_engine
 from service.app import DatabaseNotMigrated, create_app
-from service.db import make_engine
 from service.models import Base
 
 TABLES = {
@@ -70,7 +70,7 @@ def test_the_service_refuses_to_start_on_an_unmigrated_database(database_url):
 
 def test_check_constraints_hold_the_vocabularies_the_code_uses(migrated_database_url):
     """Alembic's compare ignores CHECK text: a level or state list frozen in a migration could drift
-    from service/models/vocabulary.py (and optimizer.LEVEL_NAMES) silently, so compare them here."""
+    from service/domain/vocabulary.py (and optimizer.LEVEL_NAMES) silently, so compare them here."""
     from service.models import vocabulary
 
     expected = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from service.engines.feeds import LEFT_PADDED, RIGHT_PADDED, SYNTHESIZED
+from service.adapters.engines.feeds import LEFT_PADDED, RIGHT_PADDED, SYNTHESIZED
 from service.models import Result
 from tests.service.jobs import drain
 from tests.service.wrong_fusions import AttentionWithoutGuard, swap_rule

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.test_make_run import RESNET, _free_port, _serving, _wait_for_run, api_get, api_post
+from tests.service.serving import RESNET, api_get, api_post, free_port, serving, wait_for_run
 
 BINARIES = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
 
@@ -70,7 +70,7 @@ def _private_postgres() -> Iterator[PrivatePostgres]:
     # Not under pytest's tmp_path: its parents are private to root, and the server runs as postgres.
     folder = Path(tempfile.mkdtemp(prefix="fusionwatch-pg-"))
     shutil.chown(folder, "postgres")
-    server = PrivatePostgres(folder, _free_port())
+    server = PrivatePostgres(folder, free_port())
     try:
         server.init()
         server.start()
@@ -89,12 +89,12 @@ def _until(condition, timeout_s: float = 60.0, what: str = "") -> None:
 
 
 def test_the_service_rides_out_a_postgresql_restart(tmp_path):
-    with _private_postgres() as postgres, _serving(tmp_path, postgres.url, FUSIONWATCH_POLL_INTERVAL_S="0.2") as (base, server):
+    with _private_postgres() as postgres, serving(tmp_path, postgres.url, FUSIONWATCH_POLL_INTERVAL_S="0.2") as (base, server):
         api_post(f"{base}/projects", json={"name": "cnn"}).raise_for_status()
         with open(RESNET, "rb") as handle:
             api_post(f"{base}/projects/cnn/models", files={"file": ("resnet.onnx", handle)},
                      data={"commit": "a" * 40}).raise_for_status()
-        first = _wait_for_run(base, "/api/v1/runs/1")
+        first = wait_for_run(base, "/api/v1/runs/1")
         assert first["state"] == "done", first
 
         postgres.stop()
@@ -111,7 +111,7 @@ def test_the_service_rides_out_a_postgresql_restart(tmp_path):
             queued = api_post(f"{base}/projects/cnn/models", files={"file": ("resnet.onnx", handle)},
                               data={"commit": "b" * 40, "parents": "a" * 40})
         assert queued.status_code == 201, queued.text
-        second = _wait_for_run(base, queued.json()["run_url"])
+        second = wait_for_run(base, queued.json()["run_url"])
         assert second["state"] == "done", second
         assert all(job["state"] == "done" and job["attempts"] == 1 for job in second["jobs"]), second["jobs"]
         history = api_get(f"{base}/projects/cnn/history").json()

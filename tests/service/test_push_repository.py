@@ -16,8 +16,8 @@ import onnx
 import pytest
 from sqlalchemy import func, select
 
+from service.adapters.model_repository import checked_repository
 from service.core.config import Settings
-from service.model_repository import checked_repository
 from service.models import Alert, Commit, Run
 from tests.service.custom_op_plugin import insert_before_gelu
 from tests.service.jobs import drain

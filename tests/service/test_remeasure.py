@@ -1,5 +1,5 @@
 """A worker job whose timing alert is only suspected queues its re-measurement, and the re-measurement,
-run by the worker like any job, confirms the alert (service/alerts/remeasure.py)."""
+run by the worker like any job, confirms the alert (service/usecases/remeasure.py)."""
 
 from __future__ import annotations
 
@@ -80,19 +80,19 @@ def test_a_suspected_timing_alert_of_a_job_is_re_measured_and_confirmed(client):
 def test_run_server_re_measures_a_suspected_timing_alert_and_prints_it_confirmed(tmp_path):
     """Client mode: `fusionwatch run --server` re-measures what the reply marks suspected and posts the
     commit again, so the commit's verdict needs no next commit."""
+    from tests.service.serving import api_post, fusionwatch_command, serving
     from tests.service.test_cli_run import cli_env
-    from tests.service.test_make_run import _command, _serving, api_post
 
     options = ["--engine", "fusionwatch", "--level", "disabled", "--runs", "20", "--warmup", "1", "--threads", "1",
                "--sequence-length", "16", "--json"]
 
     def run(base, sha, *parent):
         args = ["run", str(MODEL), "--server", base, "--project", "engine", "--commit", sha, *parent]
-        done = subprocess.run(_command(*args, *options), env=cli_env(), capture_output=True, text=True, timeout=600)
+        done = subprocess.run(fusionwatch_command(*args, *options), env=cli_env(), capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout)
 
-    with _serving(tmp_path) as (base, _server):
+    with serving(tmp_path) as (base, _server):
         api_post(f"{base}/projects", json={"name": "engine"}).raise_for_status()
         [first] = run(base, "e0")["results"]
         for i, factor in enumerate(WINDOW_FACTORS, start=1):

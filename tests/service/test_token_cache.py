@@ -79,7 +79,7 @@ def test_a_revocation_in_this_process_counts_at_once(app_client, migrated_databa
 
 def test_tokens_are_remembered_per_database(tmp_path, service_settings, clock):
     """The same token string on two databases (copies of one) is checked against each."""
-    from service import migrate
+    from service.adapters import migrate
 
     first, second = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
     for url in (first, second):

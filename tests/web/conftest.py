@@ -25,7 +25,7 @@ from tests.service.db_fixtures import (  # noqa: F401
     service_settings,
     session,
 )
-from tests.service.test_make_run import _serving
+from tests.service.serving import serving
 from tests.web import seed
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -39,7 +39,7 @@ SCREENSHOTS = Path(os.environ.get("FUSIONWATCH_SCREENSHOTS", Path(__file__).pare
 def server(tmp_path_factory) -> Iterator[str]:
     """`fusionwatch db upgrade` then `fusionwatch serve` (with its embedded worker) on a fresh SQLite
     database, seeded with seed's history through the API; yields its base URL."""
-    with _serving(tmp_path_factory.mktemp("dashboard"), FUSIONWATCH_POLL_INTERVAL_S="0.2") as (api, _process):
+    with serving(tmp_path_factory.mktemp("dashboard"), FUSIONWATCH_POLL_INTERVAL_S="0.2") as (api, _process):
         base = api.removesuffix("/api/v1")
         token = os.environ["FUSIONWATCH_TOKEN"]
         with httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.service.test_make_run import api_get
+from tests.service.serving import api_get
 from tests.web import seed
 from tests.web.conftest import screenshot
 

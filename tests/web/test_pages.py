@@ -96,7 +96,7 @@ def test_alerts_filter_and_acknowledge_without_javascript(seeded):
     # step and the unfused Gelus that stood in for BiasGelu (information), the fusion coming back
     # (information); and one suspected alert never delivered: bert's first job at TIMING_STEP rose 36.6%
     # by its fastest run, the next commit's 40.5%, too far apart to agree, so that step was confirmed
-    # from the next commit on (service/alerts/timing.py's `agree`; the seed's noise is drawn, not measured).
+    # from the next commit on (service/domain/timing.py's `agree`; the seed's noise is drawn, not measured).
     listed = seeded.get("/api/v1/alerts").json()["items"]
     assert len(listed) == 7 and "Alerts <small>(7)</small>" in everything
     assert sorted(a["state"] for a in listed) == ["confirmed"] * 3 + ["info"] * 2 + ["resolved", "suspected"]

@@ -1,11 +1,11 @@
-"""Thinning a long series for a chart (service/usecases/series.py `thin`): bounded, and nothing a reader
+"""Thinning a long series for a chart (service/queries/series.py `thin`): bounded, and nothing a reader
 looks for is lost — fused-op steps at their exact commits, alerts, the extremes of the timing."""
 
 from __future__ import annotations
 
 import random
 
-from service.usecases.series import Sample, thin
+from service.queries.series import Sample, thin
 
 
 def _series(n: int, step_at: int) -> list[Sample]:

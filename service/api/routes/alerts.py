@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
@@ -9,8 +10,8 @@ from fastapi.responses import FileResponse
 
 from service.api.deps import ServicesDep, SessionDep
 from service.auth import may_write_to, principal_of
-from service.usecases import alerts
-from service.usecases.projects import get_project
+from service.commands.acknowledge_alert import acknowledge_alert as acknowledge_alert_command
+from service.queries.alerts import alert_repro, alert_shown, alerts_shown
 
 router = APIRouter(tags=["alerts"])
 
@@ -25,29 +26,26 @@ def read_alerts(
     skip: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
-    found = get_project(session, project) if project else None
-    rows, total = alerts.list_alerts(session, found, kind, state, run_id, skip, limit)
-    return {"items": [alerts.alert_dict(session, a) for a in rows], "total": total}
+    items, total = alerts_shown(session, project, kind, state, run_id, skip, limit)
+    return {"items": items, "total": total}
 
 
 @router.get("/alerts/{alert_id}")
 def read_alert(session: SessionDep, alert_id: int) -> dict[str, Any]:
-    return alerts.alert_dict(session, alerts.get_alert(session, alert_id))
+    return alert_shown(session, alert_id)
 
 
 @router.get("/alerts/{alert_id}/repro")
 def read_alert_repro(session: SessionDep, services: ServicesDep, alert_id: int, side: str = "commit") -> FileResponse:
-    path, name = alerts.repro_file(session, services.store, alert_id, side)
+    path, name = alert_repro(session, services, alert_id, side)
     return FileResponse(path, media_type="application/octet-stream", filename=name)
 
 
 @router.post("/alerts/{alert_id}/ack")
 def acknowledge_alert(
-    request: Request, session: SessionDep, alert_id: int,
+    request: Request, services: ServicesDep, alert_id: int,
     note: Annotated[str | None, Body(embed=True, max_length=2000)] = None,
 ) -> dict[str, Any]:
-    with session.begin():
-        may_write_to(request, alerts.alert_project(session, alert_id))
-        principal = principal_of(request)
-        alert = alerts.acknowledge(session, alert_id, note, principal.name if principal else None)
-        return alerts.alert_dict(session, alert)
+    principal = principal_of(request)
+    return acknowledge_alert_command(services, alert_id, partial(may_write_to, request), note,
+                                     principal.name if principal else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -9,8 +10,7 @@ from pydantic import BaseModel, Field
 
 from service.api.deps import SessionDep
 from service.auth import may_write_to
-from service.usecases import bisect
-from service.usecases.projects import get_project
+from service.queries import bisect
 
 router = APIRouter(tags=["bisect"])
 
@@ -32,7 +32,5 @@ def read_alert_bisect(session: SessionDep, alert_id: int) -> dict[str, Any]:
 
 @router.post("/projects/{project}/bisect")
 def create_bisect_step(request: Request, session: SessionDep, project: str, body: BisectRequest) -> dict[str, Any]:
-    found = get_project(session, project)
-    may_write_to(request, found)
-    return bisect.bisect_range(session, found, body.good, body.bad, body.model, body.engine, body.level,
+    return bisect.bisect_range(session, project, partial(may_write_to, request), body.good, body.bad, body.model, body.engine, body.level,
                                body.kind, body.commits)

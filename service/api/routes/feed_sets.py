@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
-from sqlalchemy import select
 
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
 from service.auth import may_write_to
-from service.core.limits import load_limits
-from service.feed_sets import MAX_FEED_SET_BYTES, FeedSetStore
+from service.commands.upload_feed_set import MAX_BYTES, upload_feed_set
 from service.models import FeedSet
-from service.usecases import projects
-from service.usecases.feed_sets import upload_feed_set
-from service.usecases.models import get_model
+from service.queries.feed_sets import model_feed_sets
 
 router = APIRouter(tags=["feed sets"])
 
@@ -31,26 +28,17 @@ def feed_set_dict(feed_set: FeedSet) -> dict[str, Any]:
 @router.post("/projects/{project}/models/{model}/feed-sets", status_code=201)
 def create_feed_set(
     request: Request,
-    session: SessionDep,
     services: ServicesDep,
     project: str,
     model: str,
     file: Annotated[UploadFile, File(description="an .npz (numpy.savez) of one array per model input")],
     name: Annotated[str, Form(description="the feed set's name, as results will record it")],
 ) -> dict[str, Any]:
-    [(_, data)] = read_uploads([file], MAX_FEED_SET_BYTES)
-    with session.begin():
-        found = projects.get_project(session, project)
-        may_write_to(request, found)
-        feed_set = upload_feed_set(
-            session, services.store, FeedSetStore(services.settings.data_dir), load_limits(services.settings),
-            found, model, name, data,
-        )  # fmt: skip
-        return feed_set_dict(feed_set)
+    [(_, data)] = read_uploads([file], MAX_BYTES)
+    return feed_set_dict(upload_feed_set(services, project, model, name, data, partial(may_write_to, request)))
 
 
 @router.get("/projects/{project}/models/{model}/feed-sets")
 def read_feed_sets(session: SessionDep, project: str, model: str) -> dict[str, Any]:
-    found = get_model(session, projects.get_project(session, project), model)
-    rows = list(session.scalars(select(FeedSet).where(FeedSet.model_id == found.id).order_by(FeedSet.id)))
+    rows = model_feed_sets(session, project, model)
     return {"items": [feed_set_dict(f) for f in rows], "total": len(rows)}

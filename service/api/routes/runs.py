@@ -7,17 +7,15 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.api.deps import SessionDep
-from service.usecases.alerts import alert_dict
-from service.usecases.history import commit_diff
-from service.usecases.projects import get_project
-from service.usecases.runs import run_status
+from service.queries.history import commit_diff
+from service.queries.runs import run_report
 
 router = APIRouter(tags=["runs"])
 
 
 @router.get("/runs/{run_id}")
 def read_run(session: SessionDep, run_id: int) -> dict[str, Any]:
-    status = run_status(session, run_id)
+    status, alerts = run_report(session, run_id)
     return {
         "id": status.run.id,
         "project": status.project.name,
@@ -34,11 +32,11 @@ def read_run(session: SessionDep, run_id: int) -> dict[str, Any]:
              "attempts": job.attempts, "error": job.error}
             for job, name in status.jobs
         ],
-        "alerts": [alert_dict(session, a) for a in status.alerts],
+        "alerts": alerts,
         "created_at": status.run.created_at.isoformat(),
     }
 
 
 @router.get("/commits/{sha}/diff")
 def read_commit_diff(session: SessionDep, sha: str, project: str) -> dict[str, Any]:
-    return commit_diff(session, get_project(session, project), sha)
+    return commit_diff(session, project, sha)
