@@ -10,24 +10,19 @@ Per-commit performance alerts are abandoned when they cry wolf, so a regression 
   machine, which is what a new job's level has to beat. It is estimated from the successive
   differences of the levels of all the measured ancestors the window is drawn from (five windows'
   worth), not from the window alone: a window is short after a confirmed step or early in a series,
-  and the spread of its 5–20 jobs often came out at half the real one (12 of the 21 false alarms of
-  `make bench-detect` before this were raised against the 5% floor, the window's spread 0.6–2% on
-  series whose jobs wobble by 2–3%), while a step moves one difference, not their median.
+  and the spread of a few jobs underestimates the real one, while a step moves one difference.
   The differences are summarized by their mean absolute value, the largest `noise_trim` (10%) left out
-  (`stats.successive_mean_spread`): their median, used before, varies more from one stretch of history
-  to the next, and on the Zen 5's onnxruntime series, whose jobs wobble by 4.5–5%, read anywhere from
-  1.9% to 8.7% in `bench.detect_replay --explain`, so their bar swung from too low (most of those
-  series' false alarms) to too high (misses). And a noise estimated from few jobs is uncertain: the
-  `noise_k` and `suspect_k` noises are read as Student's t at the history's jobs − 1 degrees of freedom
-  (`student`: 2.5 becomes 5.3 with 4 jobs, 3.1 with 10, 2.6 with 40). A third of the false alarms
-  of the Zen 5 data's seed 14 came in a series' first 13 commits, against a noise from 4–12 jobs.
+  (`stats.successive_mean_spread`): a median varies more from one stretch of history to the next, and
+  on series whose jobs wobble by 5% it swings the bar from too low (false alarms) to too high
+  (misses). A noise estimated from few jobs is uncertain, so the `noise_k` and `suspect_k` noises are
+  read as Student's t at the history's jobs − 1 degrees of freedom (`student`: 2.5 becomes 5.3 with
+  4 jobs, 3.1 with 10, 2.6 with 40); a series' first commits are where a low estimate would alert.
   The slow tail is the `tail_percentile` (95th) of those jobs' excess over their neighbours' median
   (`stats.excess_over_neighbours`: a step in the history moves only the few medians that straddle
   it), from `min_tail_jobs` (20) jobs on. A spread treats both sides alike, but a shared machine's
-  wobble is lopsided: gpt2 onnxruntime's measured jobs land up to 19% slow (95th percentile +6.2%)
-  with a spread of ~2.5%, so two slow jobs in a row crossed 2.5 spreads often enough to make most of
-  `make bench-detect`'s false alarms (15 of 25 on seed 11); the tail bar puts such a series' bar
-  near 8% while series with a light slow side keep theirs.
+  wobble is lopsided: a series whose jobs land up to 19% slow with a spread of 2.5% sees two slow
+  jobs in a row cross 2.5 spreads often; the tail bar puts such a series' bar near 8% while series
+  with a light slow side keep theirs.
 
 - a screen and a bar. A single job is suspected when its level rose past the bar with `suspect_k` (2)
   noises instead of `noise_k` (2.4): a suspicion is not delivered, it only buys a re-measurement. The
@@ -36,48 +31,38 @@ Per-commit performance alerts are abandoned when they cry wolf, so a regression 
   hides a lone slow job but not two in a row). The suspected job itself stays out of the pool: it was
   picked for crossing the screen. The screen pools too (`timing_alerts.screen`): a job under it alone is
   suspected when its mean with the previous commit's job crosses the bar for two, against the window
-  before both. This is for series noisier than the step: the onnxruntime series
-  measured on the Zen 5 (`bench/data/detect_noise_zen5.npz`) wobble by 4.5–7% job to job, so one job
-  had to rise 12–17% to cross 2.5 noises and a 10% step was confirmed within two commits only when two
-  single jobs did; `bench.detect_replay --explain` found 6 of its 7 misses of seed 10 to be jobs under
-  that bar (the rank test, the canary, the slow-tail bar and the agreement check cost none). Two jobs'
-  mean has 1/√2 of one job's noise; the lower screen costs re-measurements, which the replay counts.
-  It pools up to `screen_jobs` (3) commits: with the noise's Student's t the bar of one or two jobs
-  rose, and the mean of three commits' jobs is what still shows a 10% step on those series.
+  before both. This is for series noisier than the step: on a series that wobbles by 5–7% job to job
+  one job has to rise 12–17% to cross 2.5 noises, so a 10% step would be caught only when two single
+  jobs happened to; two jobs' mean has 1/√2 of one job's noise, and the lower screen costs
+  re-measurements, which `bench.detect_replay` counts. It pools up to `screen_jobs` (3) commits: the
+  mean of three commits' jobs is what still shows a 10% step on those series.
   A re-measurement that stays under the bar but lands nearer the alerted job's level than the
   window's asks for one more (`timing_alerts.measure_again`, at most `remeasures` (2) in all): the
-  two are pooled against the bar of two, within the same CI round, where a step's one re-measurement
-  faced the bar of one job and most of the Zen 5 data's misses of seed 14 (9 of 10) were such steps.
-  `noise_k` went from 2.5 to 2.4 with these: the replay of seeds 10–16 on both noise measurements
-  (README) is what chose it, not one seed.
+  two are pooled against the bar of two, within the same CI round, instead of a step's single
+  re-measurement facing the bar of one job. The constants are chosen on the replay of several seeds
+  of both noise measurements (docs/detection.md), with seeds held out, not on one seed.
 
 - too few: with fewer than `min_noise_jobs` measured ancestors the series' noise is not known, so no
-  verdict is given; before this, a second commit's job 10% off the first (the threshold, doubled for a
-  short window) was alerted on series that wobble by 5%.
+  verdict is given (a second commit's job 10% off the first says nothing on a series that wobbles by 5%).
 
 - when the optimized graph's hash and the engine version are both unchanged, nothing in the code
   moved: the bar is `same_code_factor` times higher, and persistence (the confirmation in
   `timing_alerts.py`) still has to follow.
 
 A job's level is its fastest run (`quantile` 0). Contention on a shared machine only adds time, and
-a job of the protocol's 100 runs almost always has a few runs no other process got in the way of:
-measured on the shared 2-core Xeon at load average 5–8 (`bench/detect_measure.py`), 0–6% of jobs had
-their 10th percentile 10% slow or worse, 0–1% their fastest run. Fewer slow jobs is what lets the bar
-sit at 2.5 noises rather than 3 (`make bench-detect` measures what that costs in false alarms).
+a job of the protocol's 100 runs almost always has a few runs no other process got in the way of
+(`python -m bench.detect_measure` on a shared 2-core Xeon at load average 5–8: 0–6% of jobs had their
+10th percentile 10% slow or worse, 0–1% their fastest run). Fewer slow jobs is what lets the bar sit
+at 2.4 noises rather than 3 (`make bench-detect` measures what that costs in false alarms).
 
 The canary (`service/adapters/canary.py`) marks a job that ran in a slow moment: its canary more than
 `canary_slack_pct` slower than the window's median canary. Such window jobs are left out of the level
 and the noise, and such a current job must beat the bar by `canary_weight` (half) of its canary's
-excess as well: a slow moment may explain part of its change, not more. Measured here the canary
-explains little of a model's job-to-job wobble (correlation 0.0–0.55 with the jobs' levels on the
-shared Xeon; slow-canary jobs' levels were on average only 1–2% higher, their 95th percentile 2–4%
-higher for a canary 7–10% slow), so it discounts, it does not rescale: dividing every job by its
-canary ratio added noise. It used to veto such a job outright, but 8–17% of the measured jobs have a
-canary over the slack, and a veto at a step's commit or its re-measurement was behind 7 of the 10
-steps of 10% or more that `make bench-detect` missed within two commits. It then raised the bar by
-the whole excess; by half, the replay of seeds 10–14 (`bench/detect_replay.py`) caught at worst 96.7%
-of steps of 10% or more within two commits instead of 95.8%, false alarms at worst 0.58 per 1,000
-instead of 0.75.
+excess as well: a slow moment may explain part of its change, not more. The canary explains little
+of a model's job-to-job wobble (correlation 0.0–0.55 with the jobs' levels on the shared Xeon;
+slow-canary jobs' levels only 1–2% higher on average), so it discounts, it does not rescale (dividing
+every job by its canary ratio adds noise), and it does not veto: 8–17% of jobs have a canary over the
+slack, and vetoing them would drop steps whose commit or re-measurement ran in such a moment.
 
 The decision is pure (lists of numbers in, a verdict out) so `make bench-detect` and the tests can
 drive it without a database; `timing_alerts.py` gathers the window and keeps the alert states.

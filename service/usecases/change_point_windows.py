@@ -2,8 +2,8 @@
 change_point_window table, and computed only when neither has them; what was computed is written
 afterwards (`store_computed`), so a restarted or second API process finds it.
 
-The first history read of a 10,000-commit series after a restart ran every window's permutation
-tests again (0.5-0.9 s); now it reads the series' rows in one query. A process that keeps its
+Running every window's permutation tests again costs a 10,000-commit series 0.5-0.9 s, so the
+first history read after a restart reads the series' rows in one query instead. A process that keeps its
 memory asks the table only when a window is missing there, e.g. after a new result, and then only
 for the windows from the first one missing on (the last one or two).
 
