@@ -71,7 +71,7 @@ def test_the_service_refuses_to_start_on_an_unmigrated_database(database_url):
 def test_check_constraints_hold_the_vocabularies_the_code_uses(migrated_database_url):
     """Alembic's compare ignores CHECK text: a level or state list frozen in a migration could drift
     from service/domain/vocabulary.py (and optimizer.LEVEL_NAMES) silently, so compare them here."""
-    from service.models import vocabulary
+    from service.domain import vocabulary
 
     expected = {
         ("job", "state_known"): vocabulary.JOB_STATES,
