@@ -19,7 +19,6 @@ from service.adapters.celery_publish import RUN_JOB, celery_app
 from service.adapters.db import make_engine
 from service.adapters.engines.custom_ops import load_custom_ops
 from service.adapters.machine import limit_address_space
-from service.commands.execute_job import execute_delivered_job
 from service.core.config import settings
 from service.services import worker_services
 
@@ -41,6 +40,10 @@ def _limit_pool_process(**_) -> None:
 
 
 def _run_job(task, job_id: int) -> str:
+    # Imported in the pool process, after Celery forked it: what measuring loads (the engines' native
+    # libraries and their OpenMP runtimes) must not be initialised in the parent a fork copies.
+    from service.commands.execute_job import execute_delivered_job
+
     engine = make_engine(settings.database_url)
     services = worker_services(engine, settings, custom_ops=load_custom_ops(settings.custom_ops),
                                broker_url=task.app.conf.broker_url)
