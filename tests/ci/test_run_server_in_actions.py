@@ -10,7 +10,7 @@ import os
 import subprocess
 
 from tests.ci.loopback_forges import TOKEN, Behaviour, LoopbackForge, loopback_github
-from tests.service.test_make_run import _command, _serving, api_post
+from tests.service.serving import api_post, fusionwatch_command, serving
 
 BERT = "tests/models/bert_torchscript_opset14.onnx"
 SMALL = ["--engine", "fusionwatch", "--level", "extended", "--runs", "2", "--warmup", "0", "--threads", "1",
@@ -24,13 +24,13 @@ def _run(base: str, api: str, tmp_path, sha: str, before: str, *extra: str) -> s
                         "GITHUB_SHA": sha, "GITHUB_TOKEN": TOKEN, "GITHUB_EVENT_NAME": "push",
                         "GITHUB_EVENT_PATH": str(event), "GITHUB_REF_NAME": "main", "COLUMNS": "200"}
     args = ["run", BERT, "--server", base, "--project", "engine", *SMALL, "--fail-on-regression", *extra]
-    return subprocess.run(_command(*args), env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(fusionwatch_command(*args), env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_run_server_reports_an_engine_commit_as_a_check_run(tmp_path):
     forge = LoopbackForge()
     first_sha, second_sha, third_sha = "a7" * 20, "b8" * 20, "c9" * 20
-    with _serving(tmp_path) as (base, _server), loopback_github(forge) as github:
+    with serving(tmp_path) as (base, _server), loopback_github(forge) as github:
         api_post(f"{base}/projects", json={"name": "engine", "kind": "engine"}).raise_for_status()
         first = _run(base, github.url, tmp_path, first_sha, "0" * 40)
         assert first.returncode == 0, first.stdout + first.stderr

@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from service.models import Base
 from tests import hostile_models
 from tests.security.test_hostile_results import good_document
-from tests.service.test_github_webhook import SECRET, _push, _signed
+from tests.service.github_deliveries import SECRET, push_body, signed
 
 EXAMPLES = int(os.environ.get("FUSIONWATCH_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,
@@ -94,11 +94,11 @@ def test_fuzzed_results_documents_never_500_and_refusals_store_nothing(projects,
 @FUZZ
 @given(edit_list=edits, whole=st.one_of(st.none(), json_values), delivery=st.integers(0, 10**9))
 def test_fuzzed_github_pushes_never_500_and_refusals_store_nothing(projects, session, edit_list, whole, delivery):
-    document = _edited(json.loads(_push("a" * 40, "b" * 40, ["c" * 40, "a" * 40])), edit_list)
+    document = _edited(json.loads(push_body("a" * 40, "b" * 40, ["c" * 40, "a" * 40])), edit_list)
     body = _body(document, whole)
     before = _stored(session)
     reply = projects.post("/api/v1/webhooks/github", content=body, headers={
-        "X-GitHub-Event": "push", "X-GitHub-Delivery": f"fuzz-{delivery}", "X-Hub-Signature-256": _signed(body),
+        "X-GitHub-Event": "push", "X-GitHub-Delivery": f"fuzz-{delivery}", "X-Hub-Signature-256": signed(body),
         "Content-Type": "application/json"})
     _check(reply, before, session)
 

@@ -20,8 +20,8 @@ from service.adapters.model_repository import checked_repository
 from service.core.config import Settings
 from service.models import Alert, Commit, Run
 from tests.service.custom_op_plugin import insert_before_gelu
+from tests.service.github_deliveries import SECRET, deliver_push, signed
 from tests.service.jobs import drain
-from tests.service.test_github_webhook import SECRET, _deliver, _signed
 
 BERT = Path(__file__).resolve().parents[1] / "models/bert_torchscript_opset14.onnx"
 PLUGIN = "tests.service.custom_op_plugin"
@@ -79,9 +79,9 @@ def push_body(head: str, before: str, project: str = "bert-exports", branch: str
 
 
 def deliver(client, body: bytes, delivery: str, project: str = "bert-exports"):
-    return _deliver(client, body, delivery, _signed(body)) if project == "bert-exports" else client.post(
+    return deliver_push(client, body, delivery, signed(body)) if project == "bert-exports" else client.post(
         f"/api/v1/webhooks/github?project={project}", content=body,
-        headers={"X-GitHub-Event": "push", "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": _signed(body)})
+        headers={"X-GitHub-Event": "push", "X-GitHub-Delivery": delivery, "X-Hub-Signature-256": signed(body)})
 
 
 def runs(session) -> int:
