@@ -10,7 +10,7 @@ from service.services import Services
 from service.usecases.feed_sets import upload_feed_set as store_feed_set
 from service.usecases.projects import get_project
 
-MAX_BYTES = MAX_FEED_SET_BYTES  # what the route reads of an upload, at most
+__all__ = ["MAX_FEED_SET_BYTES", "upload_feed_set"]  # the limit is what the route reads of an upload
 
 
 def upload_feed_set(

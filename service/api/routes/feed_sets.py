@@ -10,7 +10,7 @@ from fastapi import APIRouter, File, Form, Request, UploadFile
 from service.api.deps import ServicesDep, SessionDep
 from service.api.uploads import read_uploads
 from service.auth import may_write_to
-from service.commands.upload_feed_set import MAX_BYTES, upload_feed_set
+from service.commands.upload_feed_set import MAX_FEED_SET_BYTES, upload_feed_set
 from service.models import FeedSet
 from service.queries.feed_sets import model_feed_sets
 
@@ -34,7 +34,7 @@ def create_feed_set(
     file: Annotated[UploadFile, File(description="an .npz (numpy.savez) of one array per model input")],
     name: Annotated[str, Form(description="the feed set's name, as results will record it")],
 ) -> dict[str, Any]:
-    [(_, data)] = read_uploads([file], MAX_BYTES)
+    [(_, data)] = read_uploads([file], MAX_FEED_SET_BYTES)
     return feed_set_dict(upload_feed_set(services, project, model, name, data, partial(may_write_to, request)))
 
 
