@@ -24,7 +24,7 @@ def cli_env() -> dict[str, str]:
     return os.environ | {"COLUMNS": "200"}
 
 
-def _submit(base: str, sha: str, model, *extra: str) -> subprocess.CompletedProcess:
+def submit_export(base: str, sha: str, model, *extra: str) -> subprocess.CompletedProcess:
     args = ["submit", "--server", base, "--project", "bert-exports", "--commit", sha, *extra, str(model)]
     return subprocess.run(fusionwatch_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
 
@@ -40,14 +40,14 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
         created = api_post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
         assert created.status_code == 201, created.text
 
-        a = _submit(base, sha_a, export_a, "--wait", "--fail-on-regression", "--message", "export A")
+        a = submit_export(base, sha_a, export_a, "--wait", "--fail-on-regression", "--message", "export A")
         assert a.returncode == 0, a.stdout + a.stderr
         assert "4 job(s) for bert.onnx" in a.stdout
         assert "verdict: ok (4 of 4 jobs done)" in a.stdout
         assert "BiasGelu 2" in a.stdout and "no alerts" in a.stdout
         assert "measuring: 4 of 4 jobs finished" in a.stderr  # no terminal: progress as log lines
 
-        b = _submit(base, sha_b, export_b, "--wait", "--fail-on-regression", "--parent", sha_a)
+        b = submit_export(base, sha_b, export_b, "--wait", "--fail-on-regression", "--parent", sha_a)
         assert b.returncode == 1, b.stdout + b.stderr
         assert "verdict: regression" in b.stdout
         # The diff against A, for both engines at extended, and the two alerts naming the custom op.
@@ -59,7 +59,7 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
         assert "  repro: /api/v1/alerts/" in b.stdout  # under it: its reproduction models
 
         # Without --wait the step only sends the commit; a regression does not fail it without the flag.
-        again = _submit(base, "c3" * 20, export_b, "--parent", sha_b)
+        again = submit_export(base, "c3" * 20, export_b, "--parent", sha_b)
         assert again.returncode == 0, again.stderr
         assert "verdict" not in again.stdout
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import onnx
 
-from tests.service.test_cli_submit import _submit
-from tests.service.test_make_run import _serving, api_get, api_post
+from tests.service.serving import api_get, api_post, serving
+from tests.service.test_cli_submit import submit_export
 
 OPSET_14 = "tests/models/bert_torchscript_opset14.onnx"
 OPSET_17 = "tests/models/bert_torchscript_opset17.onnx"
@@ -21,11 +21,11 @@ def test_an_exporter_opset_change_is_green_in_either_order(tmp_path, database_ur
         exports.append(tmp_path / str(index) / "bert.onnx")
         onnx.save(onnx.load(source), exports[-1])
     shas = ["a14" * 13 + "a", "b17" * 13 + "b", "c14" * 13 + "c"]
-    with _serving(tmp_path, database_url) as (base, _server):
+    with serving(tmp_path, database_url) as (base, _server):
         assert api_post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS}).status_code == 201
         for index, (sha, export) in enumerate(zip(shas, exports, strict=True)):
             parent = ["--parent", shas[index - 1]] if index else []
-            step = _submit(base, sha, export, "--wait", "--fail-on-regression", *parent)
+            step = submit_export(base, sha, export, "--wait", "--fail-on-regression", *parent)
             assert step.returncode == 0, step.stdout + step.stderr
             assert "verdict: ok" in step.stdout
         listed = api_get(f"{base}/alerts", params={"project": "bert-exports", "kind": "fusion-regression"}).json()
