@@ -470,9 +470,12 @@ def _shape_key(shape) -> tuple:
     return tuple(shape)
 
 
-def race_libraries(candidates, shapes, make_call, rounds: int | None = None) -> dict[str, float]:
+def race_libraries(
+    candidates, shapes, make_call, rounds: int | None = None, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, float]:
     """ms a run of `shapes` (each weighted by its count) takes on each candidate: per shape, the
-    lower quartile of `rounds` (ROUNDS) timed calls.
+    lower quartile of `rounds` (ROUNDS) timed calls, each the difference of two readings of
+    `clock` (seconds; a test passes one its calls advance, so no machine's load decides it).
 
     One candidate at a time, as a session runs one: timed in turn, call by call, each library's
     idle thread pool took cores from the next (oneDNN's products for a BERT-base layer measured
@@ -515,18 +518,18 @@ def race_libraries(candidates, shapes, make_call, rounds: int | None = None) -> 
 
     rounds = rounds or ROUNDS
     running = list(candidates)
-    previous = _timed_rounds(running[:], calls, samples, 2, None, first=True)
+    previous = _timed_rounds(running[:], calls, samples, 2, None, clock, first=True)
     # Both orders seen: an entrant far behind cannot win; it stops here.
     fastest = min(total_ms(c) for c in running)
     running = [c for c in running if total_ms(c) <= _HOPELESS * fastest]
-    previous = _timed_rounds(running, calls, samples, rounds - 2, previous)
+    previous = _timed_rounds(running, calls, samples, rounds - 2, previous, clock)
     fastest = min(total_ms(c) for c in running)
     close = [c for c in running if total_ms(c) <= (1 + _CLOSE) * fastest]
     if len(close) > 1:
         # A close call is settled by more calls rather than by the luck of the first ones: on the
         # quiet AMD EPYC a GPT-2 race chose MKL by 2% (175.5 against oneDNN's 178.9 ms), and
         # the model then ran 1.4x slower on it than on oneDNN.
-        _timed_rounds(close, calls, samples, rounds, previous)
+        _timed_rounds(close, calls, samples, rounds, previous, clock)
     return {c: total_ms(c) for c in candidates}
 
 
@@ -534,7 +537,9 @@ def _lower_quartile(times: list[float]) -> float:
     return float(np.percentile(times, 25))
 
 
-def _timed_rounds(entrants, calls, samples, count: int, previous: str | None, first: bool = False) -> str | None:
+def _timed_rounds(
+    entrants, calls, samples, count: int, previous: str | None, clock: Callable[[], float], first: bool = False
+) -> str | None:
     """`count` rounds of `entrants`' blocks (see `race_libraries`), their times appended to `samples`;
     the last entrant timed, whose workers the next block's pause waits out."""
     for index in range(count):
@@ -546,9 +551,9 @@ def _timed_rounds(entrants, calls, samples, count: int, previous: str | None, fi
                 for call in calls[c][1:]:
                     call()
             for call, times in zip(calls[c], samples[c], strict=True):
-                started = time.perf_counter()
+                started = clock()
                 call()
-                times.append(time.perf_counter() - started)
+                times.append(clock() - started)
     return previous
 
 

@@ -5,7 +5,6 @@ say what was chosen and why. Timings are replaced by fixed numbers where a test 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -194,60 +193,63 @@ def test_onednn_runs_on_the_intel_openmp_pool():
     assert after_mkl >= 2 and after_onednn == after_mkl
 
 
-def test_the_race_goes_by_the_typical_call_not_the_luckiest(monkeypatch):
-    # "erratic" is the fastest in one call of six and slow otherwise, as OpenBLAS's spinning
-    # threads were on the loaded machine; "steady" always takes the same time. A session pays
-    # for the typical call, so "steady" must win, and the timings must say so.
-    monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
-    monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
-    counts = {"erratic": 0, "steady": 0}
+class _RaceClock:
+    """The race's clock in tests: time passes only by what the entrants' calls say they took, so
+    every timing is exact and no load on the machine can reorder the entrants."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _entrants(seconds):
+    """Race entrants whose calls take `seconds(entrant, call number)` on the returned clock (the
+    first call is number 1), the count of calls each made, and the clock."""
+    clock = _RaceClock()
+    counts: dict[str, int] = {}
 
     def make_call(library, shape):
         def call():
-            counts[library] += 1
-            fast = library == "erratic" and counts[library] % 6 == 0
-            time.sleep(0.001 if fast else 0.012 if library == "erratic" else 0.004)
+            counts[library] = counts.get(library, 0) + 1
+            clock.now += seconds(library, counts[library])
 
         return call
 
-    timings = kernel_choice.race_libraries(["erratic", "steady"], [(1, 1, 1, 2)], make_call)
-    assert timings["steady"] < timings["erratic"]
-    assert timings["erratic"] >= 2 * 0.012 * 1e3 * 0.9  # the median call, counted twice
+    return counts, make_call, clock
+
+
+def test_the_race_goes_by_the_typical_call_not_the_luckiest(monkeypatch):
+    # "erratic" is the fastest in one timed call of six and slower otherwise, as OpenBLAS's
+    # spinning threads were on the loaded machine; "steady" always takes the same time. By its
+    # best call erratic would win; a session pays for the typical call, so "steady" must win.
+    monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
+    monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
+    # per round, one call that wakes the threads and one timed: call 12 is the sixth timed one
+    counts, make_call, clock = _entrants(
+        lambda library, n: 0.004 if library == "steady" else 0.001 if n == 12 else 0.006
+    )
+    timings = kernel_choice.race_libraries(["erratic", "steady"], [(1, 1, 1, 2)], make_call, clock=clock)
+    assert counts == {"erratic": 12, "steady": 12}  # the lucky call was timed
+    assert timings == {"steady": pytest.approx(8.0), "erratic": pytest.approx(12.0)}  # counted twice
 
 
 def test_the_race_goes_by_the_lower_quartile_so_a_slow_spell_in_half_the_rounds_does_not_decide(monkeypatch):
     # "spelled" ran in a slow spell of the host for its last 4 rounds of 8 (as the Zen 5 VM's
     # rounds did, for every entrant alike); "steady" is always 20% slower than spelled's fast
-    # rounds. By the median spelled would lose; by the lower quartile it wins, as its fast rounds say.
+    # rounds. By the median (15 ms) spelled would lose; by the lower quartile it wins, as its fast
+    # rounds say.
     monkeypatch.setattr(kernel_choice, "ROUNDS", 8)
     monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
     monkeypatch.setattr(kernel_choice, "_CLOSE", 0.0)
-    counts = {"spelled": 0, "steady": 0}
-
-    def make_call(library, shape):
-        def call():
-            counts[library] += 1
-            slow_spell = library == "spelled" and counts[library] > 8  # the last 4 rounds (2 calls each)
-            time.sleep(0.020 if slow_spell else 0.010 if library == "spelled" else 0.012)
-
-        return call
-
-    timings = kernel_choice.race_libraries(["spelled", "steady"], [(1, 1, 1, 1)], make_call)
-    assert timings["spelled"] < timings["steady"]
-
-
-def _sleepers(pause: dict[str, float]):
-    """Race entrants whose calls sleep `pause[entrant]` seconds, and the count of calls each made."""
-    counts = dict.fromkeys(pause, 0)
-
-    def make_call(library, shape):
-        def call():
-            counts[library] += 1
-            time.sleep(pause[library])
-
-        return call
-
-    return counts, make_call
+    # the last 4 rounds are calls 9-16 (2 a round)
+    counts, make_call, clock = _entrants(
+        lambda library, n: 0.012 if library == "steady" else 0.020 if n > 8 else 0.010
+    )
+    timings = kernel_choice.race_libraries(["spelled", "steady"], [(1, 1, 1, 1)], make_call, clock=clock)
+    assert counts == {"spelled": 16, "steady": 16}
+    assert timings == {"spelled": pytest.approx(10.0), "steady": pytest.approx(12.0)}
 
 
 def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
@@ -255,25 +257,26 @@ def test_an_entrant_far_behind_stops_after_two_rounds(monkeypatch):
     # quartile of the rounds it ran; "close" (1.25x) runs all six.
     monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
     monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
-    counts, make_call = _sleepers({"quick": 0.004, "close": 0.005, "slow": 0.016})
-    timings = kernel_choice.race_libraries(["quick", "close", "slow"], [(1, 1, 1, 1)], make_call)
+    pause = {"quick": 0.004, "close": 0.005, "slow": 0.016}
+    counts, make_call, clock = _entrants(lambda library, n: pause[library])
+    timings = kernel_choice.race_libraries(["quick", "close", "slow"], [(1, 1, 1, 1)], make_call, clock=clock)
     # per round, one call that wakes the threads and one timed
     assert counts == {"quick": 12, "close": 12, "slow": 4}
-    assert timings["slow"] >= 2 * timings["quick"] and timings["quick"] < timings["close"]
+    assert timings == {"quick": pytest.approx(4.0), "close": pytest.approx(5.0), "slow": pytest.approx(16.0)}
 
 
 def test_a_close_call_races_as_many_rounds_again(monkeypatch):
-    # "first" and "second" take the same time, a call closer than _CLOSE (widened to 30%, so that
-    # a loaded machine's late wake-ups cannot part them): both race six more rounds; "third", 80%
-    # behind the fastest, stops with the six.
+    # "first" and "second" take the same time, a call closer than _CLOSE (5%): both race six more
+    # rounds; "fourth", 6% behind the fastest, and "third", 80% behind, stop with the six.
     monkeypatch.setattr(kernel_choice, "ROUNDS", 6)
     monkeypatch.setattr(kernel_choice, "_SETTLE_S", 0.0)
-    monkeypatch.setattr(kernel_choice, "_CLOSE", 0.3)
-    counts, make_call = _sleepers({"first": 0.010, "second": 0.010, "third": 0.018})
-    timings = kernel_choice.race_libraries(["first", "second", "third"], [(1, 1, 1, 1)], make_call)
+    assert kernel_choice._CLOSE == 0.05
+    pause = {"first": 0.010, "second": 0.010, "third": 0.018, "fourth": 0.0106}
+    counts, make_call, clock = _entrants(lambda library, n: pause[library])
+    timings = kernel_choice.race_libraries(list(pause), [(1, 1, 1, 1)], make_call, clock=clock)
     # per round, one call that wakes the threads and one timed
-    assert counts == {"first": 24, "second": 24, "third": 12}
-    assert timings["first"] < timings["third"] and timings["second"] < timings["third"]
+    assert counts == {"first": 24, "second": 24, "third": 12, "fourth": 12}
+    assert timings == {name: pytest.approx(1e3 * seconds) for name, seconds in pause.items()}
 
 
 def test_gemm_race_times_the_pass_after_each_product(monkeypatch):
