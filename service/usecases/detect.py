@@ -15,10 +15,10 @@ from sqlalchemy.orm import Session
 
 from service.adapters.engines.compare import describe_row
 from service.adapters.storage import ModelStore
-from service.alerts import timing_alerts
 from service.domain.protocol import Protocol
 from service.domain.vocabulary import FUSION_KINDS, AlertKind
 from service.models import Alert, Commit, Model, Result
+from service.usecases import timing_alerts
 from service.usecases.fusion_alerts import detect_fusions
 
 
