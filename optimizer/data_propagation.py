@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from optimizer.fusions.constant_folding import MAX_FOLDED_ELEMENTS, predicted_elements
+from optimizer.folding_budget import MAX_FOLDED_ELEMENTS, predicted_elements
 from optimizer.match import const_array
 
 # Ops whose output size comes from the values of an input (their "size" input) rather than its size.

@@ -14,8 +14,6 @@ naming the initializers a rewrite adds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import onnx_ir as ir
 
@@ -35,9 +33,6 @@ from optimizer.match import (
 from optimizer.shape_probe import pinned_shapes
 from optimizer.text import preview
 from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
-
-if TYPE_CHECKING:
-    from optimizer.fusions.attention_packed import Projection
 
 RULE_NAME = "AttentionFusion"
 # Data-movement ops a Q/K/V or output chain may contain; the layout probe checks them.
@@ -105,8 +100,9 @@ class LayoutProbe:
         probe.x = q4
         return probe
 
-    def head_columns(self, path: Projection, key_layout: bool):
-        """(num_heads, head_size, projection columns per head) or a reason string."""
+    def head_columns(self, path, key_layout: bool):
+        """(num_heads, head_size, projection columns per head) or a reason string, for `path`, an
+        attention_packed.Projection (not imported: that module imports this one)."""
         weight_in = path.weight.shape[0]
         self.shapes[id(path.x)] = (self.batch, self.seq, weight_in)
         out_features = path.weight.shape[1]

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from optimizer import constant_eval, optimize
-from optimizer.fusions.constant_folding import MAX_FOLDED_ELEMENTS
+from optimizer.folding_budget import MAX_FOLDED_ELEMENTS
 from tests.models import patterns
 from tests.oracle import MODELS, assert_same_outputs, run_onnxruntime
 
