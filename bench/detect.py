@@ -73,8 +73,9 @@ class Series:
         samples = self.measured[job, self.rng.integers(runs, size=runs)].astype(np.float64)
         factor = 1 + self.step if c >= self.step_at else 1.0
         dropped = c >= self.drop_at
+        # Graph hashes are what the optimizer prints (hex digits); POST /results takes letters and digits.
         if self.kind == "engine":
-            version, graph = f"1.{c}", "g-dropped" if dropped else "g"
+            version, graph = f"1.{c}", "gdropped" if dropped else "g"
         else:
             marks = self.graph_changes[: c + 1].copy()
             marks[[m for m in (self.step_at, self.drop_at) if m <= c]] = True
