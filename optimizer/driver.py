@@ -71,7 +71,7 @@ def optimize(
             near_misses = []
             fired = 0
             for rule in phase:
-                count = _apply(rule, graph, stats[rule.name], near_misses, anchors)
+                count = apply_rule(rule, graph, stats[rule.name], near_misses, anchors)
                 if count or not rule.anchors:
                     anchors.invalidate()
                 if count and rule.refines_shapes and static_inputs:
@@ -158,7 +158,7 @@ class _TakenNames:
             self._outputs.update(v.name for node in added for v in node.outputs)
 
 
-def _apply(
+def apply_rule(
     rule: Rule,
     graph: ir.Graph,
     stats: RuleStats,

@@ -10,7 +10,7 @@ from optimizer import LEVEL_NAMES
 from service.adapters import migrate
 from service.cli import app
 from service.core.config import settings
-from tests.optimizer.test_driver import _mlp
+from tests.optimizer.test_driver import mlp_model
 from tests.service.db_fixtures import database_url, migrated_database_url  # noqa: F401  (fixtures: a database per test)
 
 runner = CliRunner()
@@ -25,7 +25,7 @@ def _save(tmp_path, model, name="m.onnx"):
 
 
 def test_json_output_has_the_contract_keys(tmp_path):
-    path = _save(tmp_path, _mlp(gelu_domain="", opset=20))
+    path = _save(tmp_path, mlp_model(gelu_domain="", opset=20))
     result = runner.invoke(app, ["optimize", str(path), "--level", "extended", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -36,7 +36,7 @@ def test_json_output_has_the_contract_keys(tmp_path):
 
 
 def test_explain_lists_the_rules_near_misses(tmp_path):
-    path = _save(tmp_path, _mlp(extra_outputs=["a"]))
+    path = _save(tmp_path, mlp_model(extra_outputs=["a"]))
     result = runner.invoke(app, ["optimize", str(path), "--json", "--explain", "BiasGeluFusion", "--disable", "MatMulAddFusion"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["explain"] == [
@@ -45,7 +45,7 @@ def test_explain_lists_the_rules_near_misses(tmp_path):
 
 
 def test_table_output_and_offline_file(tmp_path):
-    path = _save(tmp_path, _mlp())
+    path = _save(tmp_path, mlp_model())
     out = tmp_path / "out.onnx"
     result = runner.invoke(app, ["optimize", str(path), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -60,7 +60,7 @@ def test_bad_inputs_exit_2_with_the_problem_named(tmp_path):
     garbage.write_bytes(b"\x00not a model")
     bad = runner.invoke(app, ["optimize", str(garbage)])
     assert bad.exit_code == 2 and "garbage.onnx" in bad.output
-    level = runner.invoke(app, ["optimize", str(_save(tmp_path, _mlp())), "--level", "max"])
+    level = runner.invoke(app, ["optimize", str(_save(tmp_path, mlp_model())), "--level", "max"])
     assert level.exit_code == 2 and "unknown optimization level" in level.output
 
 
@@ -95,7 +95,7 @@ def test_profile_prints_the_table_of_a_trace(tmp_path):
     import runtime
 
     options = runtime.SessionOptions(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
-    session = runtime.InferenceSession(_mlp(), options)
+    session = runtime.InferenceSession(mlp_model(), options)
     for _ in range(2):
         session.run(None, {"x": np.ones((2, 8), np.float32)})
     trace = session.end_profiling()
@@ -141,8 +141,8 @@ def test_run_table_and_bad_inputs(tmp_path):
 
 
 def test_run_disable_reaches_both_engines_and_takes_several_models(tmp_path):
-    first = _save(tmp_path, _mlp(), "first.onnx")
-    second = _save(tmp_path, _mlp(), "second.onnx")
+    first = _save(tmp_path, mlp_model(), "first.onnx")
+    second = _save(tmp_path, mlp_model(), "second.onnx")
     # Without MatMulAddFusion, whose Gemm would take the Add BiasGelu needs.
     args = ["run", str(first), str(second), "--level", "extended", "--runs", "1", "--warmup", "0", "--json",
             "--disable", "MatMulAddFusion"]
@@ -159,17 +159,18 @@ def test_run_disable_reaches_both_engines_and_takes_several_models(tmp_path):
 
 
 def test_run_server_options_go_together(tmp_path):
-    path = str(_save(tmp_path, _mlp()))
+    path = str(_save(tmp_path, mlp_model()))
     orphan = runner.invoke(app, ["run", path, "--commit", "abc"])
     assert orphan.exit_code == 2 and "--project, --commit and --fail-on-regression need --server" in orphan.output
     incomplete = runner.invoke(app, ["run", path, "--server", "http://127.0.0.1:9", "--project", "p"])
-    assert incomplete.exit_code == 2 and "--server needs --project and --commit" in incomplete.output
+    # Outside CI nothing names the commit; in GitHub Actions or GitLab CI its variables would.
+    assert incomplete.exit_code == 2 and "--commit is needed outside GitHub Actions and GitLab CI" in incomplete.output
     bad_url = runner.invoke(app, ["submit", path, "--server", "127.0.0.1:9", "--project", "p", "--commit", "a"])
     assert bad_url.exit_code == 2 and "expected an http:// or https:// URL" in bad_url.output
 
 
 def test_analyze_reports_every_level_and_engine_with_the_near_misses(tmp_path):
-    path = _save(tmp_path, _mlp(extra_outputs=["a"]))
+    path = _save(tmp_path, mlp_model(extra_outputs=["a"]))
     args = ["analyze", str(path), "--runs", "2", "--warmup", "0", "--disable", "MatMulAddFusion"]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output

@@ -15,7 +15,7 @@ import pytest
 from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
 
 from optimizer import optimize
-from optimizer.driver import _apply
+from optimizer.driver import apply_rule
 from optimizer.fusions.attention_fusion import AttentionFusion
 from optimizer.report import RuleStats
 from tests.models import patterns
@@ -45,7 +45,7 @@ def _attention_only(model: onnx.ModelProto | str) -> tuple[ir.Model, int, list]:
     ir_model = ir.from_proto(onnx.load(model) if isinstance(model, str) else model)
     ShapeInferencePass(strict_mode=False)(ir_model)
     near_misses: list = []
-    fired = _apply(AttentionFusion(), ir_model.graph, RuleStats(), near_misses)
+    fired = apply_rule(AttentionFusion(), ir_model.graph, RuleStats(), near_misses)
     ir_model.graph.sort()
     return ir_model, fired, near_misses
 

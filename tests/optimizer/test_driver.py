@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from optimizer import LEVEL_NAMES, load_model, optimize
 
 
-def _mlp(*, gelu_domain: str = "com.microsoft", opset: int = 14, extra_outputs=(), bias_shape=(16,)):
+def mlp_model(*, gelu_domain: str = "com.microsoft", opset: int = 14, extra_outputs=(), bias_shape=(16,)):
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["mm"], name="/mlp/MatMul"),
         helper.make_node("Add", ["mm", "b"], ["a"], name="/mlp/Add"),
@@ -37,21 +37,21 @@ def _mlp(*, gelu_domain: str = "com.microsoft", opset: int = 14, extra_outputs=(
 
 
 def test_disabled_level_changes_nothing():
-    report = optimize(_mlp(), level="disabled").report
+    report = optimize(mlp_model(), level="disabled").report
     assert report.nodes_before == report.nodes_after == 3
     assert report.fusions == {} and report.rules == {}
 
 
 @pytest.mark.parametrize("level", [name for name in LEVEL_NAMES if name not in ("disabled", "basic")])
 def test_levels_from_extended_on_fuse_bias_gelu(level):
-    report = optimize(_mlp(), level=level).report
+    report = optimize(mlp_model(), level=level).report
     assert report.fusions.get("com.microsoft.BiasGelu") == 1
     assert report.ops_after.get("com.microsoft.BiasGelu") == 1
     assert "Add" not in report.ops_after
 
 
 def test_disabling_a_rule_by_onnxruntime_name():
-    report = optimize(_mlp(), level="all", disabled=["BiasGeluFusion"]).report
+    report = optimize(mlp_model(), level="all", disabled=["BiasGeluFusion"]).report
     assert "com.microsoft.BiasGelu" not in report.ops_after
     assert "BiasGeluFusion" not in report.rules
     assert report.disabled == ["BiasGeluFusion"]
@@ -59,14 +59,14 @@ def test_disabling_a_rule_by_onnxruntime_name():
 
 def test_unknown_level_and_rule_names_are_named_in_the_error():
     with pytest.raises(ValueError, match="unknown optimization level 'fast'"):
-        optimize(_mlp(), level="fast")
+        optimize(mlp_model(), level="fast")
     with pytest.raises(ValueError, match="NoSuchFusion"):
-        optimize(_mlp(), level="all", disabled=["NoSuchFusion"])
+        optimize(mlp_model(), level="all", disabled=["NoSuchFusion"])
 
 
 def test_intermediate_graph_output_blocks_the_fusion_and_says_why():
     # MatMulAddFusion would otherwise take the Add the Gelu could not; keep the pattern in view.
-    report = optimize(_mlp(extra_outputs=["a"]), level="extended", disabled=["MatMulAddFusion"]).report
+    report = optimize(mlp_model(extra_outputs=["a"]), level="extended", disabled=["MatMulAddFusion"]).report
     assert "com.microsoft.BiasGelu" not in report.ops_after
     [miss] = report.explain("BiasGeluFusion")
     assert miss.anchor == "/mlp/Gelu"
@@ -75,31 +75,31 @@ def test_intermediate_graph_output_blocks_the_fusion_and_says_why():
 
 
 def test_last_node_output_may_be_a_graph_output():
-    model = optimize(_mlp(), level="extended").model
+    model = optimize(mlp_model(), level="extended").model
     assert [v.name for v in model.graph.outputs] == ["y"]
     assert model.graph.outputs[0].producer().op_type == "BiasGelu"
 
 
 def test_near_miss_names_the_rank_of_a_bad_bias():
-    report = optimize(_mlp(bias_shape=(2, 16)), level="extended", disabled=["MatMulAddFusion"]).report
+    report = optimize(mlp_model(bias_shape=(2, 16)), level="extended", disabled=["MatMulAddFusion"]).report
     [miss] = report.explain("BiasGeluFusion")
     assert miss.step == "bias"
     assert miss.reason.startswith("bias 'b' has rank 2")
 
 
 def test_graph_hash_ignores_weights_but_not_structure():
-    a = optimize(_mlp(), level="extended").report.graph_hash
-    other_weights = _mlp()
+    a = optimize(mlp_model(), level="extended").report.graph_hash
+    other_weights = mlp_model()
     other_weights.graph.initializer[0].CopyFrom(
         numpy_helper.from_array(np.ones((8, 16), np.float32), "w")
     )
     assert optimize(other_weights, level="extended").report.graph_hash == a
-    assert optimize(_mlp(), level="disabled").report.graph_hash != a
+    assert optimize(mlp_model(), level="disabled").report.graph_hash != a
 
 
 def test_offline_mode_writes_a_model_that_loads_at_level_disabled(tmp_path):
     path = tmp_path / "opt.onnx"
-    fused = optimize(_mlp(), level="all", output=path)
+    fused = optimize(mlp_model(), level="all", output=path)
     onnx.checker.check_model(onnx.load(path))
     again = optimize(path, level="disabled")
     assert again.report.ops_after == fused.report.ops_after
@@ -107,7 +107,7 @@ def test_offline_mode_writes_a_model_that_loads_at_level_disabled(tmp_path):
 
 
 def test_ir_model_is_optimized_in_place():
-    model = load_model(_mlp())
+    model = load_model(mlp_model())
     result = optimize(model, level="extended")
     assert result.model is model
     assert isinstance(model, ir.Model)

@@ -17,7 +17,7 @@ import onnx
 import pytest
 
 from optimizer import optimize
-from optimizer.driver import _apply
+from optimizer.driver import apply_rule
 from optimizer.fusions.attention_fusion import AttentionFusion
 from optimizer.model_io import load_model
 from optimizer.report import RuleStats
@@ -95,7 +95,7 @@ def test_pinned_fixture_before_refinement_shows_the_static_batch_mismatch():
     model = load_model(MODELS / "bert_pinned_dynamo_opset20.onnx")
     infer_shapes(model)
     misses: list = []
-    assert _apply(AttentionFusion(), model.graph, RuleStats(), misses) == 0
+    assert apply_rule(AttentionFusion(), model.graph, RuleStats(), misses) == 0
     assert {m.reason for m in misses} == {
         "Q path: does not put batch and sequence on axes 0 and 2 (probe shape [1, 8, 16, 16])"
     }

@@ -152,12 +152,12 @@ def test_chunk_plan_bounds_each_side_and_the_number_of_runs():
 def test_when_onnxruntime_cannot_write_its_graph_the_outputs_are_still_compared():
     """onnxruntime refuses to write some optimized graphs (its NCHWc layouts); the check then compares
     the graph outputs of its session at the level with ORT_DISABLE_ALL and says why it went no deeper."""
-    from service.adapters.engines.compare_onnxruntime import _outputs_only
+    from service.adapters.engines.compare_onnxruntime import compare_outputs_only
     from service.adapters.engines.custom_ops import NO_CUSTOM_OPS
 
     model = MODELS / "resnet_tiny_opset17.onnx"
     sets = synthesized_feed_sets(onnx.load(model), SEQ)
-    [comparison] = _outputs_only(model, "all", sets, RTOL, ATOL, (), NO_CUSTOM_OPS, "could not write it")
+    [comparison] = compare_outputs_only(model, "all", sets, RTOL, ATOL, (), NO_CUSTOM_OPS, "could not write it")
     assert (comparison.status, comparison.reason, comparison.tensors) == ("unavailable", "could not write it", 2)
     assert comparison.ok and comparison.outputs_max_abs < ATOL
 

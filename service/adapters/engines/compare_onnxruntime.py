@@ -43,8 +43,8 @@ from service.adapters.engines.onnxruntime import (
     HELPER_NAME_PREFIXES,
     OPTIMIZED_MODEL,
     OnnxruntimeEngine,
-    _options,
     graph_optimization_level,
+    session_options,
 )
 
 ENGINE = OnnxruntimeEngine.name
@@ -148,14 +148,14 @@ def compare_onnxruntime(
         try:
             unfused_path, optimized_path = write_graphs(Path(model_path), level, Path(name), disabled, custom_ops)
         except EngineError as error:
-            return _outputs_only(Path(model_path), level, feed_sets, rtol, atol, disabled, custom_ops, error.problem)
+            return compare_outputs_only(Path(model_path), level, feed_sets, rtol, atol, disabled, custom_ops, error.problem)
         return compare_onnxruntime_files(
             unfused_path, optimized_path, level, feed_sets, rtol, atol, sizes=sizes, custom_ops=custom_ops,
             budget_bytes=budget_bytes,
         )  # fmt: skip
 
 
-def _outputs_only(
+def compare_outputs_only(
     model_path: Path,
     level: str,
     feed_sets: Mapping[str, Mapping[str, np.ndarray]],
@@ -175,7 +175,7 @@ def _outputs_only(
     ]
     sessions = {}
     for at in ("disabled", level):
-        options = _options(graph_optimization_level(at)[1], custom_ops)
+        options = session_options(graph_optimization_level(at)[1], custom_ops)
         with failing_as(ENGINE, level, model_path, f"could not create the session at {at} to compare"):
             sessions[at] = ort.InferenceSession(
                 str(model_path), options, providers=["CPUExecutionProvider"],
@@ -226,7 +226,7 @@ def _marked_session(
     # Beside the original, so the weights file it names is found.
     marked_path = path.with_name(f"{path.stem}.marked.onnx")
     onnx.save(marked, str(marked_path))
-    options = _options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, custom_ops)
+    options = session_options(ort.GraphOptimizationLevel.ORT_DISABLE_ALL, custom_ops)
     return ort.InferenceSession(str(marked_path), options, providers=["CPUExecutionProvider"])
 
 

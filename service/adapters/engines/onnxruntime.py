@@ -78,7 +78,7 @@ class OnnxruntimeEngine:
         member, value = graph_optimization_level(level)
         with tempfile.TemporaryDirectory(prefix="fusionwatch-onnxruntime-") as name:
             folder = Path(name)
-            options = _options(value, custom_ops)
+            options = session_options(value, custom_ops)
             options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
@@ -147,7 +147,7 @@ class OnnxruntimeEngine:
         in the result rather than discarding the timings.
         """
         path = folder / OPTIMIZED_MODEL
-        options = _options(value, custom_ops)
+        options = session_options(value, custom_ops)
         options.intra_op_num_threads = 1  # this session only writes the graph; it never runs
         options.optimized_model_filepath = str(path)
         # Weights go beside the graph, so models over protobuf's 2 GiB can be written and the
@@ -170,7 +170,7 @@ class OnnxruntimeEngine:
             )
 
 
-def _options(level: ort.GraphOptimizationLevel, custom_ops: CustomOps) -> ort.SessionOptions:
+def session_options(level: ort.GraphOptimizationLevel, custom_ops: CustomOps) -> ort.SessionOptions:
     options = ort.SessionOptions()
     for library in custom_ops.ort_libraries:
         options.register_custom_ops_library(library)
