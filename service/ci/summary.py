@@ -116,10 +116,12 @@ def _causes(alerts: list[dict[str, Any]]) -> dict[tuple, str]:
             if not cause:
                 misses = [m for m in alert.get("near_misses") or [] if m.get("rule") == change.get("rule")]
                 cause = "; ".join(f"{m.get('rule')}: {m.get('reason')}" for m in misses[:CAUSE_MISSES])
-            rule = change.get("rule") or change["op"]
+            # A fusion-regression's changes are its engines' and levels' entries for the one op it names.
+            op = change.get("op") or alert["op"]
+            rule = change.get("rule") or alert.get("rule") or op
             what = "stopped firing" if not change.get("after") else "fired less"
             # An alert may gather several engines' or levels' drops, each change naming its own.
-            key = (alert["model"], change.get("engine", alert["engine"]), change.get("level", alert["level"]), change["op"])
+            key = (alert["model"], change.get("engine", alert["engine"]), change.get("level", alert["level"]), op)
             causes[key] = (
                 f"{rule} {what}: {cause}" if cause else f"{rule} {what}; no near misses reported")
     return causes

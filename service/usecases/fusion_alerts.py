@@ -80,8 +80,9 @@ def detect_fusions(
     """The fusion alerts `result` raises, updates or resolves; the ones to show for it are returned."""
     if result.level == "disabled":
         return []  # no rule runs there: the counts describe the export, and a drop is no lost fusion
-    _lock_model(session, model)
     drops, rises = changes(baseline, result)
+    if drops or rises:  # unchanged counts open nothing, so most results write without waiting on others
+        _lock_model(session, model)
     restored = _resolve(session, result, commit)
     rose = {c["op"]: c["after"] - c["before"] for c in rises}
     taken_up = sum(restored.values())
@@ -111,9 +112,11 @@ def detect_fusions(
 
 def _lock_model(session: Session, model: Model) -> None:
     """One writer at a time decides a model's fusion alerts (PostgreSQL): two engines' results of one
-    commit would otherwise both open the alert that is one problem. SQLite writes one at a time."""
+    commit would otherwise both open the alert that is one problem. SQLite writes one at a time.
+    FOR NO KEY UPDATE, not FOR UPDATE: the foreign-key check of every result inserted for this model
+    takes FOR KEY SHARE on its row, and FOR UPDATE would hold those inserts until this transaction ends."""
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(select(Model.id).where(Model.id == model.id).with_for_update())
+        session.execute(select(Model.id).where(Model.id == model.id).with_for_update(key_share=True))
 
 
 def _regression(session, result, baseline, model, commit, baseline_commit, change, protocol, common, store) -> Alert:
