@@ -32,6 +32,10 @@ class Protocol(BaseModel):
     # timing-regression: the least rise that counts, however quiet the series (service/domain/timing.py
     # raises the bar to 3× the series' own job-to-job noise); 5 so that 10% steps clear it.
     timing_threshold_pct: float = Field(5.0, gt=0)
+    # A job whose model's baseline file is stored also times the baseline and the candidate in the same
+    # process, alternately (service/domain/paired.py), deciding on their paired ratios; at most this
+    # many seconds of machine time per job on it (0: never paired).
+    paired_max_seconds: float = Field(60.0, ge=0, le=3600)
     # Raw timing samples are kept for the latest this-many commits of each series (None: all); older results
     # keep their statistics (service/usecases/retention.py). The least, 100, is what the timing alerts read
     # (retention.MIN_KEEP_COMMITS).

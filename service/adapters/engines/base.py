@@ -7,7 +7,8 @@ optimizer and SequentialExecutor) and onnxruntime as the reference (onnxruntime.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -57,6 +58,33 @@ class Engine(Protocol):
     def optimized_graph(
         self, model_path: Path, level: str, disabled: tuple[str, ...] = (), custom_ops: CustomOps = NO_CUSTOM_OPS
     ) -> onnx.ModelProto: ...
+
+    def open_timer(
+        self,
+        model_path: Path,
+        level: str,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        threads: int,
+        disabled: tuple[str, ...] = (),
+        custom_ops: CustomOps = NO_CUSTOM_OPS,
+    ) -> Callable[[], float]:
+        """A session for `model_path` at `level`, as `run` opens it but without profiling: each call of
+        the returned function runs it once on `feeds` and returns that run's wall time in ms (the paired
+        measurement, service/adapters/paired_measure.py, alternates two of them)."""
+        ...
+
+
+def wall_timer(engine: str, level: str, model: str | Path, run: Callable[[], object]) -> Callable[[], float]:
+    """`run` as a function that returns its wall time in ms, failing as the engine's runs fail."""
+
+    def run_once() -> float:
+        with failing_as(engine, level, model, "failed while running"):
+            started = time.perf_counter()
+            run()
+            return (time.perf_counter() - started) * 1000
+
+    return run_once
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import version as package_version
 from pathlib import Path
 
@@ -21,7 +21,7 @@ import onnx_ir as ir
 import runtime
 from optimizer import optimize
 from optimizer.fused_ops import fused_op_counts
-from service.adapters.engines.base import failing_as
+from service.adapters.engines.base import failing_as, wall_timer
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.adapters.engines.feeds import describe_feeds, feeds_digest
 from service.adapters.engines.result import EngineResult, read_timings
@@ -94,3 +94,21 @@ class FusionwatchEngine:
             feeds_digest=feeds_digest(feeds),
             optimizer_report=report,
         )
+
+    def open_timer(
+        self,
+        model_path: Path,
+        level: str,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        threads: int,
+        disabled: tuple[str, ...] = (),
+        custom_ops: CustomOps = NO_CUSTOM_OPS,
+    ) -> Callable[[], float]:
+        options = runtime.SessionOptions(
+            graph_optimization_level=level, intra_op_num_threads=threads, disabled_optimizers=list(disabled)
+        )
+        with failing_as(self.name, level, model_path, "could not create a session"):
+            session = runtime.InferenceSession(model_path, options, extra_kernels=custom_ops.kernels)
+        feeds = dict(feeds)
+        return wall_timer(self.name, level, model_path, lambda: session.run(None, feeds))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,7 @@ import onnxruntime as ort
 from optimizer.fused_ops import fused_op_counts
 from optimizer.match import op_key
 from runtime.options import ORT_LEVEL_NAMES
-from service.adapters.engines.base import EngineError, failing_as
+from service.adapters.engines.base import EngineError, failing_as, wall_timer
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.adapters.engines.feeds import describe_feeds, feeds_digest
 from service.adapters.engines.result import EngineResult, read_timings
@@ -123,6 +123,28 @@ class OnnxruntimeEngine:
             feeds_digest=feeds_digest(feeds),
             graph_error=graph_error,
         )
+
+    def open_timer(
+        self,
+        model_path: Path,
+        level: str,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        threads: int,
+        disabled: tuple[str, ...] = (),
+        custom_ops: CustomOps = NO_CUSTOM_OPS,
+    ) -> Callable[[], float]:
+        member, value = graph_optimization_level(level)
+        options = session_options(value, custom_ops)
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        with failing_as(self.name, level, model_path, f"could not create a session at {member}"):
+            session = ort.InferenceSession(
+                str(model_path), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+            )
+        feeds = dict(feeds)
+        return wall_timer(self.name, level, model_path, lambda: session.run(None, feeds))
 
     def optimized_graph(
         self, model_path: Path, level: str, disabled: tuple[str, ...] = (), custom_ops: CustomOps = NO_CUSTOM_OPS

@@ -1,0 +1,106 @@
+"""Measure a baseline and a candidate model file in one process, block by block alternately.
+
+Both are opened with the same engine, level, threads and feeds (the candidate's synthesized feeds; a
+baseline that takes other inputs cannot be paired and says so), warmed up, and then timed in blocks in
+the order A B B A A B … (`paired.pair_order`) until the paired decision (service/domain/paired.py)
+is made or the job's budget of pairs or machine seconds is spent. Each block is a few runs, its level
+the fastest; the per-run wall time is what is paired (the same clock for both sides).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optimizer import DEFAULT_LIMITS, LoadLimits, ModelLoadError, check_model_file
+from service.adapters.engines import EngineError, engine_named
+from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
+from service.adapters.engines.feeds import FeedError, describe_feeds, make_feeds
+from service.domain import paired
+from service.domain.protocol import Protocol
+
+
+class CannotPair(RuntimeError):
+    """The two files cannot be timed on the same feeds (their inputs differ)."""
+
+
+@dataclass
+class PairedTiming:
+    baseline_ms: list[float] = field(default_factory=list)  # each block's fastest run, in pair order
+    candidate_ms: list[float] = field(default_factory=list)
+    block_runs: int = 1
+    machine_s: float = 0.0  # wall time of the timed blocks, warm-up and session creation left out
+    stopped: str = ""  # why measuring stopped
+    verdict: paired.PairedVerdict | None = None
+
+    def to_dict(self, baseline_commit: str | None = None) -> dict:
+        assert self.verdict is not None
+        return {
+            "baseline_commit": baseline_commit,
+            "baseline_ms": [round(v, 6) for v in self.baseline_ms],
+            "candidate_ms": [round(v, 6) for v in self.candidate_ms],
+            "block_runs": self.block_runs,
+            "machine_s": round(self.machine_s, 3),
+            "stopped": self.stopped,
+            "source": "measured",
+            **self.verdict.to_dict(),
+        }
+
+
+def measure_paired(
+    baseline_path: str | Path,
+    candidate_path: str | Path,
+    engine: str,
+    level: str,
+    protocol: Protocol,
+    limits: LoadLimits = DEFAULT_LIMITS,
+    custom_ops: CustomOps = NO_CUSTOM_OPS,
+    policy: paired.PairedPolicy | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> PairedTiming:
+    """Raises CannotPair, or EngineError when either file cannot be opened or run."""
+    policy = policy or policy_for(protocol)
+    runner = engine_named(engine)
+    feeds = _feeds(Path(candidate_path), Path(baseline_path), engine, level, protocol, limits)
+    sides = {
+        side: runner.open_timer(Path(path), level, feeds, threads=protocol.threads, custom_ops=custom_ops)
+        for side, path in (("A", baseline_path), ("B", candidate_path))
+    }
+    first = {side: min(timer() for _ in range(max(1, protocol.warmup))) for side, timer in sides.items()}
+    timing = PairedTiming(block_runs=paired.runs_per_block(max(first.values()) / 1000, policy))
+    started = clock()
+    levels: dict[str, list[float]] = {"A": timing.baseline_ms, "B": timing.candidate_ms}
+    for pair in range(policy.max_pairs):
+        for side in paired.pair_order(pair):
+            levels[side].append(min(sides[side]() for _ in range(timing.block_runs)))
+        timing.machine_s = clock() - started
+        timing.verdict = paired.decide_paired(timing.baseline_ms, timing.candidate_ms, policy)
+        if timing.verdict.decided:
+            timing.stopped = f"decided after {pair + 1} pairs"
+            break
+        if timing.machine_s >= policy.max_seconds:
+            timing.stopped = f"the job's {policy.max_seconds:g} s of machine time were spent ({pair + 1} pairs)"
+            break
+    else:
+        timing.stopped = f"the job's {policy.max_pairs} pairs were measured"
+    return timing
+
+
+def policy_for(protocol: Protocol) -> paired.PairedPolicy:
+    return paired.PairedPolicy(min_effect_pct=protocol.timing_threshold_pct, max_seconds=protocol.paired_max_seconds)
+
+
+def _feeds(candidate: Path, baseline: Path, engine: str, level: str, protocol: Protocol, limits: LoadLimits) -> dict:
+    try:
+        feeds = make_feeds(check_model_file(candidate, limits), protocol.sequence_length)
+        other = make_feeds(check_model_file(baseline, limits), protocol.sequence_length)
+    except FeedError as error:
+        raise CannotPair(f"cannot make inputs: {error}") from error
+    except ModelLoadError as error:
+        raise EngineError(engine, level, candidate, str(error)) from error
+    if describe_feeds(feeds) != describe_feeds(other):
+        raise CannotPair(f"the baseline takes other inputs ({describe_feeds(other)}) than the candidate "
+                         f"({describe_feeds(feeds)}), so they cannot be timed on the same feeds")
+    return dict(feeds)
