@@ -22,8 +22,8 @@ from service.adapters.engines.base import EngineError
 from service.ci import expectations
 from service.ci.expectations import Difference, ExpectationsError, Key
 from service.console import stdout_console
+from service.domain.fusion_changes import rule_for_op
 from service.domain.vocabulary import ENGINES
-from service.usecases.fusion_alerts import rule_for_op
 
 EXIT_DROP, EXIT_ERROR = 1, 2
 CHECKED_LEVELS = [level for level in LEVEL_NAMES if level != "disabled"]  # disabled fuses nothing by definition

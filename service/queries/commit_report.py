@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 
 from optimizer.levels import rule_dependencies
 from service.adapters.engines.compare import describe_row
+from service.domain.fusion_changes import rule_for_op
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.queries.overview import level_order, percent_change
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
-from service.usecases.fusion_alerts import rule_for_op
 from service.usecases.near_miss_order import readable
 from service.usecases.runs import RunStatus, run_status
 

@@ -8,20 +8,20 @@ file is stored, what the fusion was worth in time (cost.py). A later commit whos
 the count at every entry resolves it (`resolved`, `resolved_by`), instead of opening anything new.
 
 fusion-change: counts rose, or a drop was taken up by a rise (an op absorbed into a larger fusion,
-or one standing where a restored op now stands again): information (state `info`), never attention.
+or one standing where a restored op now stands again; service/domain/fusion_changes.py decides which):
+information (state `info`), never attention.
 """
 
 from __future__ import annotations
 
 import logging
-from functools import cache
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from optimizer.levels import OPT_IN_RULES, rules_for_level
 from service.adapters.storage import ModelStore
+from service.domain.fusion_changes import count_changes, separate_absorbed
 from service.domain.protocol import Protocol
 from service.domain.vocabulary import AlertKind
 from service.models import Alert, Commit, Model, ModelFile, Result
@@ -34,45 +34,6 @@ log = logging.getLogger("fusionwatch.alerts")
 UNRESOLVED = ("open", "acknowledged")
 
 
-@cache
-def rule_for_op() -> dict[str, str]:
-    """Fused op key → the rule that emits it ("com.microsoft.BiasGelu" → "BiasGeluFusion")."""
-    names: dict[str, str] = {}
-    for rule in rules_for_level("all"):
-        for op in rule.emits:
-            names.setdefault(op, rule.name)
-    return names
-
-
-@cache
-def absorbed_into() -> dict[str, frozenset[str]]:
-    """Fused op key → the fused ops a rule anchored on it makes out of it ("com.microsoft.Gelu" →
-    BiasGelu). When those rose by as much as it dropped, the op was absorbed into a larger fusion (a
-    re-enabled BiasGeluFusion takes GeluFusion's Gelus back), which is no regression. Opt-in rules
-    (GeluApproximation) never run in a measurement, so what they would make absorbs nothing."""
-    found: dict[str, set[str]] = {}
-    for rule in rules_for_level("all"):
-        if rule.name in OPT_IN_RULES:
-            continue
-        for anchor in rule.anchors:
-            found.setdefault(anchor, set()).update(op for op in rule.emits if op != anchor)
-    return {op: frozenset(ops) for op, ops in found.items()}
-
-
-def changes(baseline: Result, result: Result) -> tuple[list[dict], list[dict]]:
-    """(drops, rises) of fused-op counts, each {"op", "rule", "before", "after", "change_pct"}."""
-    drops, rises = [], []
-    for op in sorted(set(baseline.fusions) | set(result.fusions)):
-        before, after = baseline.fusions.get(op, 0), result.fusions.get(op, 0)
-        change = {"op": op, "rule": rule_for_op().get(op), "before": before, "after": after,
-                  "change_pct": (after - before) / before * 100 if before else None}
-        if after < before:
-            drops.append(change)
-        elif after > before:
-            rises.append(change)
-    return drops, rises
-
-
 def detect_fusions(
     session: Session, result: Result, baseline: Result, model: Model, commit: Commit, baseline_commit: Commit,
     protocol: Protocol, common: dict[str, Any], store: ModelStore | None,
@@ -80,19 +41,12 @@ def detect_fusions(
     """The fusion alerts `result` raises, updates or resolves; the ones to show for it are returned."""
     if result.level == "disabled":
         return []  # no rule runs there: the counts describe the export, and a drop is no lost fusion
-    drops, rises = changes(baseline, result)
+    drops, rises = count_changes(baseline.fusions, result.fusions)
     if drops or rises:  # unchanged counts open nothing, so most results write without waiting on others
         _lock_model(session, model)
     restored = _resolve(session, result, commit)
-    rose = {c["op"]: c["after"] - c["before"] for c in rises}
-    taken_up = sum(restored.values())
-
-    def absorbed(change: dict) -> bool:
-        lost = change["before"] - change["after"]
-        return sum(rose.get(op, 0) for op in absorbed_into().get(change["op"], ())) >= lost or taken_up >= lost
-
-    kept = [c for c in drops if not absorbed(c)]
-    rises += [c for c in drops if absorbed(c)]  # reported with the rises that took them up, as information
+    kept, absorbed = separate_absorbed(drops, rises, restored=sum(restored.values()))
+    rises += absorbed  # reported with the rises that took them up, as information
     alerts = []
     for change in kept:
         alerts.append(_regression(session, result, baseline, model, commit, baseline_commit, change, protocol,

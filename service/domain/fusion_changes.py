@@ -1,0 +1,79 @@
+"""How fused-op counts changed between a baseline and a result, and which drops are no regression.
+
+A drop is lost (a fusion-regression) unless something took it up: the ops a rule anchored on it makes
+rose by at least as much (the op was absorbed into a larger fusion: a re-enabled BiasGeluFusion takes
+GeluFusion's Gelus back), or this result restored at least as many fused ops of earlier regressions (one
+standing where a restored op now stands again). Counts in, changes out: no database, so the rule can be
+read and tested on its own; fusion_alerts.py turns the changes into alerts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import TypedDict
+
+from optimizer.levels import OPT_IN_RULES, rules_for_level
+
+
+class CountChange(TypedDict):
+    """One fused op's count, before and after; stored as is in an alert's `changes`."""
+
+    op: str
+    rule: str | None  # the rule that emits the op, None for an op no rule makes
+    before: int
+    after: int
+    change_pct: float | None  # None when the op was absent from the baseline
+
+
+@cache
+def rule_for_op() -> dict[str, str]:
+    """Fused op key → the rule that emits it ("com.microsoft.BiasGelu" → "BiasGeluFusion")."""
+    names: dict[str, str] = {}
+    for rule in rules_for_level("all"):
+        for op in rule.emits:
+            names.setdefault(op, rule.name)
+    return names
+
+
+@cache
+def absorbed_into() -> dict[str, frozenset[str]]:
+    """Fused op key → the fused ops a rule anchored on it makes out of it ("com.microsoft.Gelu" →
+    BiasGelu). Opt-in rules (GeluApproximation) never run in a measurement, so what they would make
+    absorbs nothing."""
+    found: dict[str, set[str]] = {}
+    for rule in rules_for_level("all"):
+        if rule.name in OPT_IN_RULES:
+            continue
+        for anchor in rule.anchors:
+            found.setdefault(anchor, set()).update(op for op in rule.emits if op != anchor)
+    return {op: frozenset(ops) for op, ops in found.items()}
+
+
+def count_changes(before: Mapping[str, int], after: Mapping[str, int]) -> tuple[list[CountChange], list[CountChange]]:
+    """(drops, rises) from fused-op counts `before` (the baseline's) to `after`, each sorted by op."""
+    drops: list[CountChange] = []
+    rises: list[CountChange] = []
+    for op in sorted(set(before) | set(after)):
+        was, now = before.get(op, 0), after.get(op, 0)
+        change = CountChange(op=op, rule=rule_for_op().get(op), before=was, after=now,
+                             change_pct=(now - was) / was * 100 if was else None)
+        if now < was:
+            drops.append(change)
+        elif now > was:
+            rises.append(change)
+    return drops, rises
+
+
+def separate_absorbed(
+    drops: list[CountChange], rises: list[CountChange], restored: int = 0,
+) -> tuple[list[CountChange], list[CountChange]]:
+    """(lost, absorbed): the drops nothing took up, and those a rise of what the op is absorbed into or
+    `restored` (how many fused ops of earlier regressions this result restored) make up for."""
+    rose = {c["op"]: c["after"] - c["before"] for c in rises}
+
+    def taken_up(drop: CountChange) -> bool:
+        lost = drop["before"] - drop["after"]
+        return sum(rose.get(op, 0) for op in absorbed_into().get(drop["op"], ())) >= lost or restored >= lost
+
+    return [c for c in drops if not taken_up(c)], [c for c in drops if taken_up(c)]

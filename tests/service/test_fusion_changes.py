@@ -1,0 +1,48 @@
+"""The fused-op count comparison (service/domain/fusion_changes.py): drops, rises, and which drops a
+larger fusion or a restored op took up, on plain counts."""
+
+from __future__ import annotations
+
+from service.domain.fusion_changes import absorbed_into, count_changes, separate_absorbed
+
+GELU, BIAS_GELU, LAYER_NORM = "com.microsoft.Gelu", "com.microsoft.BiasGelu", "LayerNormalization"
+
+
+def test_counts_split_into_drops_and_rises_sorted_by_op_with_the_rule_that_emits_each():
+    drops, rises = count_changes({GELU: 4, LAYER_NORM: 2, "Gemm": 3}, {GELU: 1, LAYER_NORM: 2, BIAS_GELU: 2})
+    assert drops == [
+        {"op": "Gemm", "rule": "MatMulAddFusion", "before": 3, "after": 0, "change_pct": -100.0},
+        {"op": GELU, "rule": "GeluFusion", "before": 4, "after": 1, "change_pct": -75.0},
+    ]
+    assert rises == [{"op": BIAS_GELU, "rule": "BiasGeluFusion", "before": 0, "after": 2, "change_pct": None}]
+
+
+def test_unchanged_counts_and_unknown_ops_change_nothing_or_carry_no_rule():
+    assert count_changes({GELU: 2}, {GELU: 2}) == ([], [])
+    drops, rises = count_changes({"Custom.Op": 1}, {})
+    assert drops == [{"op": "Custom.Op", "rule": None, "before": 1, "after": 0, "change_pct": -100.0}] and rises == []
+
+
+def test_a_drop_matched_by_a_rise_of_the_fusion_that_absorbs_it_is_no_loss():
+    assert BIAS_GELU in absorbed_into()[GELU]
+    drops, rises = count_changes({GELU: 4}, {GELU: 1, BIAS_GELU: 3})
+    lost, absorbed = separate_absorbed(drops, rises)
+    assert lost == [] and [c["op"] for c in absorbed] == [GELU]
+
+
+def test_a_drop_larger_than_the_absorbing_rise_is_lost():
+    drops, rises = count_changes({GELU: 4}, {GELU: 1, BIAS_GELU: 2})
+    lost, absorbed = separate_absorbed(drops, rises)
+    assert [c["op"] for c in lost] == [GELU] and absorbed == []
+
+
+def test_a_rise_of_an_unrelated_op_absorbs_nothing():
+    drops, rises = count_changes({LAYER_NORM: 2}, {LAYER_NORM: 0, BIAS_GELU: 5})
+    lost, absorbed = separate_absorbed(drops, rises)
+    assert [c["op"] for c in lost] == [LAYER_NORM] and absorbed == []
+
+
+def test_restored_fused_ops_take_up_a_drop_as_large_or_smaller():
+    drops, rises = count_changes({LAYER_NORM: 3}, {LAYER_NORM: 1})
+    assert separate_absorbed(drops, rises, restored=2) == ([], drops)
+    assert separate_absorbed(drops, rises, restored=1) == (drops, [])
