@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
 from service.adapters.engines.base import EngineError
-from service.adapters.engines.compare import BUDGET_BYTES, Comparison
+from service.adapters.engines.compare import Comparison
 from service.adapters.engines.compare_native import compare_native, unfused_sizes
 from service.adapters.engines.compare_onnxruntime import compare_onnxruntime
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
@@ -67,6 +67,16 @@ class NumericCheck:
         return summaries
 
 
+class CompareOptions(TypedDict, total=False):
+    """The keywords check_numerics passes on to the engine's comparison; compare_native's signature
+    holds their defaults, so they are written once."""
+
+    disabled: Sequence[str]  # rules kept out of the fused graph, as in the measurement
+    custom_ops: CustomOps
+    threads: int  # our executor's; onnxruntime's comparison takes none, only the sizing run uses them
+    budget_bytes: int  # how many bytes of marked tensors one chunk of a comparison may hold
+
+
 def check_numerics(
     engine: str,
     model_path: str | Path,
@@ -74,27 +84,18 @@ def check_numerics(
     feed_sets: Mapping[str, Mapping[str, np.ndarray]],
     rtol: float,
     atol: float,
-    *,
-    disabled: Sequence[str] = (),
-    custom_ops: CustomOps = NO_CUSTOM_OPS,
-    threads: int = 0,
-    budget_bytes: int = BUDGET_BYTES,
+    **options: Unpack[CompareOptions],
 ) -> NumericCheck:
     """Raises EngineError when the engine cannot run either graph on a feed set."""
     if engine == "fusionwatch":
-        comparisons = compare_native(
-            model_path, level, feed_sets, rtol, atol, disabled=disabled, custom_ops=custom_ops, threads=threads,
-            budget_bytes=budget_bytes,
-        )  # fmt: skip
+        comparisons = compare_native(model_path, level, feed_sets, rtol, atol, **options)
     elif engine == "onnxruntime":
+        threads = options.pop("threads", 0)
         try:
-            sizes = unfused_sizes(model_path, feed_sets, custom_ops, threads)
+            sizes = unfused_sizes(model_path, feed_sets, options.get("custom_ops", NO_CUSTOM_OPS), threads)
         except EngineError:
             sizes = None  # our executor cannot run it: onnxruntime's chunks go by count instead of bytes
-        comparisons = compare_onnxruntime(
-            model_path, level, feed_sets, rtol, atol, sizes=sizes, disabled=disabled, custom_ops=custom_ops,
-            budget_bytes=budget_bytes,
-        )  # fmt: skip
+        comparisons = compare_onnxruntime(model_path, level, feed_sets, rtol, atol, sizes=sizes, **options)
     else:
         raise ValueError(f"unknown engine {engine!r}")
     return NumericCheck(comparisons, {name: describe_feeds(feeds) for name, feeds in feed_sets.items()})
