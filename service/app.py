@@ -18,7 +18,6 @@ from sqlalchemy.exc import OperationalError
 
 from optimizer.text import shorten
 from service import web
-from service.adapters import migrate
 from service.adapters.db import make_engine, make_session_factory
 from service.adapters.storage import ModelStore
 from service.api.request_bodies import BodyLimit
@@ -27,6 +26,7 @@ from service.auth import API_ACCESS, LoginRequired, login_url
 from service.core.config import Settings, settings
 from service.core.limits import upload_limits
 from service.errors import ServiceError
+from service.queries.migration_state import migration_state
 from service.services import Services
 from service.usecases import history_points
 
@@ -59,13 +59,13 @@ def create_app(database_url: str | None = None, config: Settings | None = None, 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        current, head = migrate.current_revision(url), migrate.head_revision()
-        if current != head:
+        state = migration_state(url)
+        if not state.ready:
             raise DatabaseNotMigrated(
-                f"database {engine.url!r} is at migration {current or 'none'}, the code needs {head}; "
+                f"database {engine.url!r} is at migration {state.current or 'none'}, the code needs {state.head}; "
                 "run `fusionwatch db upgrade`"
             )
-        log.info("database ready", extra={"database": repr(engine.url), "revision": current})
+        log.info("database ready", extra={"database": repr(engine.url), "revision": state.current})
         history_points.warm_up(services.read_session_factory)
         worker = None
         if start_worker and not config.broker_url:

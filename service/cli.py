@@ -209,11 +209,11 @@ def db_upgrade_command(
     revision: Annotated[str, typer.Argument(help="migration to reach")] = "head",
 ) -> None:
     """Apply migrations to the database in FUSIONWATCH_DATABASE_URL (default: SQLite under var/)."""
-    from service.adapters import migrate
+    from service.commands.migrate_database import upgrade_database
     from service.core.config import settings
 
-    guarded(lambda: migrate.upgrade(settings.database_url, revision))
-    err.print(f"database {shown_url(settings.database_url)} is at migration {migrate.current_revision()}")
+    reached = guarded(lambda: upgrade_database(settings.database_url, revision))
+    err.print(f"database {shown_url(settings.database_url)} is at migration {reached}")
 
 
 @db_app.command("downgrade")
@@ -221,12 +221,11 @@ def db_downgrade_command(
     revision: Annotated[str, typer.Argument(help='migration to return to: an id, "-1", or "base" (drops every table)')],
 ) -> None:
     """Undo migrations on the database in FUSIONWATCH_DATABASE_URL, down to REVISION."""
-    from service.adapters import migrate
+    from service.commands.migrate_database import downgrade_database
     from service.core.config import settings
 
-    guarded(lambda: migrate.downgrade(revision, settings.database_url))
-    shown = shown_url(settings.database_url)
-    err.print(f"database {shown} is at migration {migrate.current_revision() or 'none'}")
+    reached = guarded(lambda: downgrade_database(settings.database_url, revision))
+    err.print(f"database {shown_url(settings.database_url)} is at migration {reached or 'none'}")
 
 
 if __name__ == "__main__":

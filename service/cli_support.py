@@ -12,15 +12,14 @@ err = Console(stderr=True, soft_wrap=True)
 
 def require_migrated() -> None:
     """Exit 2 with the advice unless the configured database is at the newest migration."""
-    from service.adapters import migrate
     from service.core.config import settings
+    from service.queries.migration_state import migration_state
 
-    current = guarded(migrate.current_revision)
-    head = migrate.head_revision()
-    if current != head:
+    state = guarded(migration_state)
+    if not state.ready:
         err.print(
-            f"[red]error:[/red] database {shown_url(settings.database_url)} is at migration {current or 'none'}, "
-            f"this fusionwatch needs {head}; run `fusionwatch db upgrade`",
+            f"[red]error:[/red] database {shown_url(settings.database_url)} is at migration {state.current or 'none'}, "
+            f"this fusionwatch needs {state.head}; run `fusionwatch db upgrade`",
         )
         raise typer.Exit(2)
 

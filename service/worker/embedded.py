@@ -17,10 +17,10 @@ import threading
 
 from sqlalchemy.exc import OperationalError
 
-from service.adapters import queue
 from service.adapters.db import DatabaseOutage, make_engine
 from service.adapters.engines.custom_ops import load_custom_ops
 from service.adapters.machine import limit_address_space
+from service.commands.claim_next_job import claim_next_job
 from service.commands.execute_job import execute_job
 from service.commands.release_jobs import release_jobs
 from service.core.config import Settings
@@ -44,9 +44,7 @@ def worker_main(config: Settings, database_url: str, limits: UploadLimits) -> No
     outage = DatabaseOutage(log)
     while not stopping.is_set():
         try:
-            with services.session_factory() as session:
-                job = queue.claim_next(session, name, config.machine_class)
-                job_id = None if job is None else job.id
+            job_id = claim_next_job(services, name)
         except OperationalError as error:
             stopping.wait(outage.wait_after(error))
             continue

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from fastapi.testclient import TestClient
 
-from service.adapters import queue
 from service.adapters.engines.custom_ops import load_custom_ops
+from service.commands.claim_next_job import claim_next_job
 from service.commands.execute_job import execute_job
 
 
@@ -18,9 +18,7 @@ def drain(client: TestClient, custom_ops: str = "", limit: int | None = None) ->
     worker = replace(services, custom_ops=load_custom_ops(custom_ops or services.settings.custom_ops), broker_url=None)
     ran = 0
     while limit is None or ran < limit:
-        with services.session_factory() as session:
-            job = queue.claim_next(session, "test-worker", services.settings.machine_class)
-            job_id = None if job is None else job.id
+        job_id = claim_next_job(services, "test-worker")
         if job_id is None:
             return ran
         execute_job(worker, job_id)
