@@ -174,7 +174,8 @@ def finite(value: Any) -> Any:
 def print_diff(console: Console, diff: dict[str, Any]) -> None:
     """Each model × engine × level of a commit: fused ops and median Execute ms against the baseline."""
     console.print(f"commit {diff['commit'][:12]} on {diff['branch']}, against each result's baseline:", markup=False)
-    table = Table("model", "engine", "level", "baseline", "fused ops (before → after)", "Execute ms", "change")
+    table = Table("model", "engine", "level", "baseline", "fused ops (before → after)", "Execute ms", "median change",
+                  "timing verdict")
     for entry in diff["models"]:
         timing, baseline = entry["median_ms"], entry["baseline_commit"]
         if baseline is None:  # the first measurement of its series: nothing to compare with
@@ -184,8 +185,22 @@ def print_diff(console: Console, diff: dict[str, Any]) -> None:
             fused = "\n".join(_count_change(op, c["before"], c["after"]) for op, c in entry["fusions"].items())
             timings = f"{_ms(timing['before'])} → {_ms(timing['after'])}"
         table.add_row(escape(entry["model"]), entry["engine"], entry["level"], escape((baseline or "none")[:12]), fused or "-",
-                      timings, _pct(timing["change_pct"]))
-    console.print(table)
+                      timings, _pct(timing["change_pct"]), _verdict(entry.get("timing")))
+    console.print(table, highlight=False)
+
+
+# Only the detector's call is coloured: a median's change it did not call is shown plain, beside the word.
+WORD_STYLES = {"regressed": "red", "improved": "green", "within noise": "dim", "inconclusive": "yellow",
+               "inconclusive (re-measuring)": "yellow"}
+
+
+def _verdict(timing: dict[str, Any] | None) -> str:
+    """The timing decision's word, coloured, and the statistic it used (service/domain/verdict_words.py)."""
+    if not timing:
+        return "-"
+    style = WORD_STYLES.get(timing["word"], "")
+    word = escape(timing["word"])
+    return f"[{style}]{word}[/{style}]\n{escape(timing.get('statistic') or '')}" if style else word
 
 
 def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:

@@ -37,6 +37,7 @@ from service.cli_client import (
     progress,
 )
 from service.console import stdout_console
+from service.domain.protocol import Protocol
 from service.domain.vocabulary import AlertKind
 
 ALL_LEVELS = "all-levels"
@@ -49,7 +50,10 @@ DisableOption = Annotated[
 ]
 RunsOption = Annotated[int, typer.Option("--runs", help="timed runs, after the warm-up")]
 WarmupOption = Annotated[int, typer.Option("--warmup", help="runs left out of the timings")]
-ThreadsOption = Annotated[int, typer.Option("--threads", help="intra-op threads; 0: the engine's default")]
+# The service measures with its protocol's thread count; `analyze` and `run` default to it, so their
+# first table is not a loaded machine's all-threads timing set against the service's one-thread one.
+PROTOCOL_THREADS = Protocol().threads
+ThreadsOption = Annotated[int, typer.Option("--threads", help="intra-op threads (default: the service's protocol, 1, so timings compare with its jobs'); 0: the engine's default, every core")]
 SequenceOption = Annotated[int, typer.Option("--sequence-length", help="size of symbolic non-batch input dimensions")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 
@@ -61,7 +65,7 @@ def run_command(
     disable: DisableOption = [],  # noqa: B006
     runs: RunsOption = 10,
     warmup: WarmupOption = 2,
-    threads: ThreadsOption = 0,
+    threads: ThreadsOption = PROTOCOL_THREADS,
     sequence_length: SequenceOption = 128,
     as_json: JsonOption = False,
     server: Annotated[str | None, typer.Option("--server", help="post the results to this service (with a write token in FUSIONWATCH_TOKEN)")] = None,
@@ -144,9 +148,15 @@ def results_document(project: str, commit: CommitRef, measured: list[tuple[Path,
         "commit": commit.to_json(),
         "machine": describe_machine(settings.machine_class),
         # The server keeps a result's first MAX_NEAR_MISSES near misses and refuses a document with more.
-        "results": [{"model": path.name, **asdict(m), "near_misses": m.near_misses[:MAX_NEAR_MISSES]}
+        # A paired measurement goes as its "baseline" samples (the server decides on them); `run` measures
+        # unpaired, so a result here carries none.
+        "results": [{"model": path.name, **_without_paired(asdict(m)), "near_misses": m.near_misses[:MAX_NEAR_MISSES]}
                     for path, m in measured],
     }
+
+
+def _without_paired(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if key != "paired"}
 
 
 def analyze_command(
@@ -156,7 +166,7 @@ def analyze_command(
     disable: DisableOption = [],  # noqa: B006
     runs: RunsOption = 10,
     warmup: WarmupOption = 2,
-    threads: ThreadsOption = 0,
+    threads: ThreadsOption = PROTOCOL_THREADS,
     sequence_length: SequenceOption = 128,
     as_json: JsonOption = False,
     compare: Annotated[bool, typer.Option("--compare", help="print the numeric check's per-node error table")] = False,

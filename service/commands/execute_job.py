@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 
@@ -14,13 +16,16 @@ from service.adapters.engines import EngineError
 from service.adapters.feed_sets import FeedSetStore
 from service.adapters.machine import describe_machine
 from service.adapters.measure import measure
-from service.domain.protocol import protocol_for
+from service.adapters.paired_measure import CannotPair, measure_paired
+from service.domain.measurement import Measurement
+from service.domain.protocol import Protocol, protocol_for
 from service.models import Job, Model, ModelFile, Project, Result, Run
 from service.services import Services
 from service.usecases.delivery import deliver
 from service.usecases.feed_sets import load_for_job, model_feed_sets
 from service.usecases.history_windows import arrived, compute_windows
 from service.usecases.jobs import fail_job, finish_job
+from service.usecases.paired_baseline import baseline_file
 from service.usecases.remeasure import remeasure_job
 from service.usecases.results import get_or_create_machine, record_result
 
@@ -53,6 +58,7 @@ def execute_job(services: Services, job_id: int) -> None:
         feed_sets, unusable = load_for_job(FeedSetStore.beside(store), own_feed_sets, path, limits)
         measurement = measure(path, engine, level, protocol, limits, custom_ops=services.custom_ops,
                               feed_sets=feed_sets, unusable_feed_sets=unusable)
+        measurement.paired = _pair_with_baseline(services, job_id, measurement, path, protocol)
     except (EngineError, ModelLoadError, FileNotFoundError) as error:
         _fail(services, job_id, store.shown(str(error)))
         return
@@ -96,6 +102,30 @@ def execute_delivered_job(services: Services, job_id: int, worker: str) -> str:
             return f"job {job_id}: taken by another worker"
     execute_job(services, job_id)
     return f"job {job_id}: done"
+
+
+def _pair_with_baseline(
+    services: Services, job_id: int, measurement: Measurement, path: Path, protocol: Protocol
+) -> dict[str, Any] | None:
+    """The job's baseline file timed beside its own, alternately (service/adapters/paired_measure.py),
+    when one is stored; what stopped it from pairing otherwise, since the timing verdict then falls
+    back on the unpaired window."""
+    if protocol.paired_max_seconds <= 0:
+        return None
+    with services.session_factory() as session:
+        job = session.get(Job, job_id)
+        machine_class = describe_machine(services.settings.machine_class)["machine_class"]
+        baseline = baseline_file(session, job, measurement, machine_class)
+    if baseline is None:
+        return None
+    try:
+        other = services.store.get(*baseline.stored).path
+        timing = measure_paired(other, path, measurement.engine, measurement.level, protocol,
+                                services.upload_limits.load, services.custom_ops)
+    except (CannotPair, EngineError, ModelLoadError, FileNotFoundError) as error:
+        log.warning("not paired", extra={"job_id": job_id, "reason": str(error)[:300]})
+        return {"baseline_commit": baseline.commit_sha, "unavailable": services.store.shown(str(error))[:500]}
+    return timing.to_dict(baseline.commit_sha)
 
 
 def _fail(services: Services, job_id: int, reason: str) -> None:

@@ -38,6 +38,9 @@ class Measurement:
     # the worst comparison with its first diverging tensor and per-node rows.
     numeric_checks: list[dict[str, Any]] = field(default_factory=list)
     divergence: dict[str, Any] | None = None
+    # The baseline timed beside this in the same job (service/adapters/paired_measure.py), or posted
+    # with the result: the samples, the paired decision and why measuring stopped.
+    paired: dict[str, Any] | None = None
 
 
 def fingerprint(project_id: int, model_id: int, m: Measurement, machine_class: str) -> str:

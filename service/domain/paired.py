@@ -107,6 +107,24 @@ def decide_paired(baseline: Sequence[float], candidate: Sequence[float], policy:
     return PairedVerdict(word, ratio, low, high, n, policy.confidence, policy.min_effect_pct)
 
 
+def with_decision(pairs: dict, policy: PairedPolicy) -> dict:
+    """A paired measurement as stored ({"baseline_ms", "candidate_ms", ...}) with the decision on it
+    added: how posted pairs are judged, by the server's policy, whatever the poster thought."""
+    verdict = decide_paired(pairs["baseline_ms"], pairs["candidate_ms"], policy)
+    return {**pairs, **verdict.to_dict()}
+
+
+def stored_verdict(pairs: dict | None) -> PairedVerdict | None:
+    """The verdict a stored paired measurement carries (None: not paired)."""
+    if not pairs or "word" not in pairs:
+        return None
+    return PairedVerdict(
+        word=pairs["word"], ratio=pairs["ratio"], low=pairs["low"] if pairs["low"] is not None else 0.0,
+        high=pairs["high"] if pairs["high"] is not None else math.inf, pairs=pairs["pairs"],
+        confidence=pairs["confidence"], min_effect_pct=pairs["min_effect_pct"],
+    )
+
+
 def hodges_lehmann_interval(values: np.ndarray, confidence: float) -> tuple[float, float, float]:
     """(estimate, low, high) of the centre of `values`' distribution: the median of the Walsh averages
     (x_i + x_j) / 2, i ≤ j, and the interval between the (c+1)-th smallest and largest of them, c the

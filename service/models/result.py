@@ -72,5 +72,11 @@ class Result(Base):
     numeric_checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, default=list)
     divergence: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     peak_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # The baseline and this result timed in one job, alternately, and the decision on them
+    # (service/domain/paired.py; PairedTiming.to_dict or the posted "baseline"); None: not paired.
+    paired: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # What the timing decision said of this result, in the words the CLI and the pages show
+    # (service/domain/verdict_words.py); None: no timing decision (no samples, no baseline).
+    timing_verdict: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     session_ms: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)

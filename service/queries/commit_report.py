@@ -13,9 +13,11 @@ from sqlalchemy.orm import Session
 
 from optimizer.levels import rule_dependencies
 from service.adapters.engines.compare import describe_row
+from service.domain import verdict_words
 from service.domain.fusion_changes import rule_for_op
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.queries.overview import level_order, percent_change
+from service.queries.timing_words import timing_alert_states
 from service.usecases.baselines import find_baseline
 from service.usecases.commits import get_commit
 from service.usecases.near_miss_order import readable
@@ -61,6 +63,8 @@ class ResultDiff:
     # Our engine's kernel library per family, this result's and the baseline's ({} where not recorded).
     libraries: dict[str, str] = field(default_factory=dict)
     baseline_libraries: dict[str, str] = field(default_factory=dict)
+    # The timing decision in words, with its statistic (service/domain/verdict_words.py); None: none made.
+    timing: dict[str, Any] | None = None
 
     @property
     def libraries_changed(self) -> bool:
@@ -113,7 +117,8 @@ def commit_report(session: Session, project: Project, sha: str) -> CommitReport:
     ).all()
     latest = {result.fingerprint: (result, name) for result, name in results}  # a re-measurement wins
     baselines = [find_baseline(session, result) for result, _ in latest.values()]
-    diffs = [_diff(session, result, name, baseline)
+    states = timing_alert_states(session, commit.id)
+    diffs = [_diff(session, result, name, baseline, states.get((result.model_id, result.engine, result.level)))
              for (result, name), baseline in zip(latest.values(), baselines, strict=True)]
     diffs.sort(key=lambda d: (d.model, d.engine, level_order(d.level), d.machine_class))
     alerts = list(session.scalars(select(Alert).where(Alert.commit_id == commit.id).order_by(Alert.id)))
@@ -148,7 +153,8 @@ def _worst_numerics(results: list[tuple[Result, str]]) -> NumericTable | None:
     )  # fmt: skip
 
 
-def _diff(session: Session, result: Result, model_name: str, baseline: Result | None) -> ResultDiff:
+def _diff(session: Session, result: Result, model_name: str, baseline: Result | None,
+          timing_alert_state: str | None = None) -> ResultDiff:
     before_fusions = baseline.fusions if baseline else {}
     fusions = _counts(before_fusions, result.fusions)
     ops = [c for c in _counts(baseline.ops_after if baseline else {}, result.ops_after) if c.before != c.after]
@@ -177,6 +183,7 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
         stopped_entirely=bool(dropped) and all(not c.after for c in fusions if c.name in dropped),
         libraries=dict(result.kernel_libraries or {}),
         baseline_libraries=dict(baseline.kernel_libraries or {}) if baseline else {},
+        timing=verdict_words.shown(result.timing_verdict, timing_alert_state),
     )
 
 

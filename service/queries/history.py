@@ -8,8 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.domain import verdict_words
 from service.domain.vocabulary import AlertKind
 from service.models import Alert, Commit, Model, Project, Result
+from service.queries.timing_words import timing_alert_states
 from service.usecases.baselines import find_baseline
 from service.usecases.change_point_windows import SeriesWindows
 from service.usecases.commits import get_commit
@@ -101,6 +103,7 @@ def commit_diff(session: Session, project_name: str, sha: str) -> dict[str, Any]
     for result, name in results:
         latest[result.fingerprint] = (result, name)
     entries = []
+    timing_states = timing_alert_states(session, commit.id)
     for result, name in latest.values():
         baseline = find_baseline(session, result)
         base_commit = session.get(Commit, baseline.commit_id) if baseline else None
@@ -122,6 +125,11 @@ def commit_diff(session: Session, project_name: str, sha: str) -> dict[str, Any]
                 "kernel_libraries": {"before": baseline.kernel_libraries if baseline else None,
                                      "after": result.kernel_libraries},
                 "near_misses": result.near_misses,  # every one stored: machines read all of them
+                # What the timing decision said, in words (service/domain/verdict_words.py), and the
+                # baseline timed beside this result in its job, when it was (service/domain/paired.py).
+                "timing": verdict_words.shown(result.timing_verdict,
+                                              timing_states.get((result.model_id, result.engine, result.level))),
+                "paired": result.paired,
             }
         )
     return {"project": project.name, "commit": commit.sha, "branch": commit.branch, "models": entries}

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.domain.vocabulary import LEVEL_NAMES, NEEDS_ATTENTION
 from service.models import Alert, Commit, Model, Project, Result, Run
+from service.queries.timing_words import timing_word
 from service.usecases.baselines import find_baseline
 from service.usecases.runs import run_status
 
@@ -59,6 +60,7 @@ class Cell:
     fusions: dict[str, int]
     medians: list[float] = field(default_factory=list)  # the trend, oldest first
     fused_totals: list[int] = field(default_factory=list)
+    timing: dict[str, Any] | None = None  # the timing decision in words (service/queries/timing_words.py)
 
 
 def project_summaries(session: Session) -> list[ProjectSummary]:
@@ -168,6 +170,7 @@ def project_cells(session: Session, project: Project, trend_points: int = 30) ->
                 fusions=dict(sorted(result.fusions.items())),
                 medians=[p.median_ms for p in points if p.median_ms is not None],
                 fused_totals=[sum(p.fusions.values()) for p in points],
+                timing=timing_word(session, result),
             )
         )
     return sorted(cells, key=lambda c: (c.model, c.engine, level_order(c.level), c.machine_class))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from service.domain.vocabulary import ENGINES, LEVEL_NAMES
 from service.schemas.fields import (
@@ -86,6 +86,16 @@ class KernelTimeIn(BaseModel):
     ms: ShareMs
 
 
+class PairedBaselineIn(BaseModel):
+    """The baseline timed in the same job as the result, alternately (issue 29's paired measurement):
+    its commit and its samples, paired with the result's `execute_ms` by position (the i-th of each
+    measured next to each other: block levels, A B B A …)."""
+
+    model_config = ConfigDict(extra="forbid")
+    commit: Sha
+    execute_ms: list[Milliseconds] = Field(min_length=1, max_length=MAX_SAMPLES)
+
+
 class ResultIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: ModelName
@@ -115,6 +125,15 @@ class ResultIn(BaseModel):
     # The mark-all numeric check (service/schemas/numerics.py): per feed set, and the worst one's rows.
     numeric_checks: list[NumericCheckIn] = Field(default_factory=list, max_length=MAX_FEED_SETS)
     divergence: DivergenceIn | None = None
+    baseline: PairedBaselineIn | None = None
+
+    @model_validator(mode="after")
+    def _paired_by_position(self) -> ResultIn:
+        if self.baseline is not None and len(self.baseline.execute_ms) != len(self.execute_ms):
+            raise ValueError(
+                f"baseline.execute_ms has {len(self.baseline.execute_ms)} samples and execute_ms "
+                f"{len(self.execute_ms)}: paired samples go by position, so both sides need as many")
+        return self
 
 
 class MachineIn(BaseModel):

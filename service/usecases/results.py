@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from optimizer.fused_ops import fused_op_counts
 from service.adapters.storage import ModelStore
 from service.domain.measurement import Measurement, fingerprint
+from service.domain.paired import PairedPolicy, with_decision
 from service.domain.protocol import protocol_for
 from service.domain.stats import summarize
 from service.errors import Invalid
@@ -76,6 +77,8 @@ def record_result(
     stats = summarize(m.execute_ms)
     project = session.get(Project, run.project_id)
     protocol = protocol_for(project.settings)
+    if m.paired is not None and m.paired.get("source") == "posted":
+        m = replace(m, paired=with_decision(m.paired, PairedPolicy(min_effect_pct=protocol.timing_threshold_pct)))
     result = Result(
         job_id=job_id,
         run_id=run.id,
@@ -114,6 +117,7 @@ def record_result(
         peak_bytes=m.peak_bytes,
         session_ms=m.session_ms,
         canary_ms=m.canary_ms,
+        paired=m.paired,
     )
     session.add(result)
     session.flush()

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.domain import timing
+from service.domain import paired, timing, verdict_words
 from service.domain.vocabulary import AlertKind
 from service.models import Alert, Commit, Result
 from service.models.base import utc_now
@@ -153,6 +154,9 @@ def evaluate(
     the result (project, run, model, engine, level, commit, result)."""
     if not result.execute_ms:
         return []
+    if (verdict := paired.stored_verdict(result.paired)) is not None:
+        result.timing_verdict = verdict_words.from_paired(verdict)
+        return _paired(session, result, verdict, common, where)
     alerts = series_timing_alerts(session, result.fingerprint)
     ancestry = measured_ancestry(session, result, policy)
     here = alerts.get(result.commit_id)
@@ -166,8 +170,11 @@ def evaluate(
         since = _since_alert(session, alert, result, policy)
         confirmed = _confirm_if_agrees(session, alert, result, alerts, threshold_pct, policy, since)
         if confirmed:
+            alerted = session.get(Commit, confirmed[0].commit_id)
+            result.timing_verdict = verdict_words.confirming(alerted.sha, confirmed[0].change_pct or 0.0)
             return confirmed  # the next commit agrees: the same step, not a second one
     screened = screen(result, ancestry, alerts, threshold_pct, policy)
+    result.timing_verdict = verdict_words.from_window(screened.verdict if screened else None, policy.min_noise_jobs)
     if screened is None or screened.verdict is None or not screened.verdict.regressed:
         return []
     verdict, window = screened.verdict, screened.window
@@ -189,6 +196,30 @@ def evaluate(
             baseline_result_id=window[0].id,
         )
     ]
+
+
+def _paired(session: Session, result: Result, verdict: paired.PairedVerdict, common: dict, where: str) -> list[Alert]:
+    """A result whose baseline was timed beside it in the same job is judged on those pairs alone
+    (service/domain/paired.py): a regression is confirmed at once (a slow moment of the machine slowed
+    both sides), anything else raises nothing; an inconclusive job says so on the commit page."""
+    if verdict.word != paired.REGRESSED:
+        return []
+    pairs = result.paired
+    baseline_sha = pairs.get("baseline_commit")
+    baseline_commit = session.scalar(select(Commit).where(
+        Commit.project_id == result.project_id, Commit.sha == baseline_sha)) if baseline_sha else None
+    commit = session.get(Commit, result.commit_id)
+    against = f"baseline {baseline_sha[:12]}" if baseline_sha else "its baseline"
+    how = "posted with the result" if pairs.get("source") == "posted" else f"measured in one job ({pairs.get('stopped')})"
+    return [Alert(
+        kind=KIND, state="confirmed", confirmed_at=utc_now(), confirmed_result_id=result.id,
+        before=float(np.median(pairs["baseline_ms"])), after=float(np.median(pairs["candidate_ms"])),
+        change_pct=verdict.change_pct,
+        message=(f"SequentialExecutor::Execute regressed for {where} at commit {commit.sha[:12]} against {against}, "
+                 f"the two timed alternately, {how}: {verdict.describe()}"),
+        **common,
+        baseline_commit_id=baseline_commit.id if baseline_commit is not None else None,
+    )]
 
 
 def pending(ancestry: list, alerts: dict):
