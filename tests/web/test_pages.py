@@ -51,6 +51,11 @@ def test_overview_project_and_model_pages_tell_the_history(seeded):
     assert names[-1] == "alerts"
     medians = next(t for t in timing["data"] if t["name"] == "fusionwatch/extended median")
     assert len(medians["x"]) == seed.COMMITS
+    # The x-axis is the commit, in commit order, labelled by short sha; fused levels have their own panel.
+    assert medians["x"][0] == seed.sha(0) and timing["layout"]["xaxis"]["categoryarray"][:2] == [seed.sha(0), seed.sha(1)]
+    assert timing["layout"]["xaxis"]["ticktext"][0] == seed.sha(0)[:7]
+    assert medians["yaxis"] == "y2" and timing["data"][2]["yaxis"] == "y"  # extended below, disabled above
+    assert timing["layout"]["yaxis2"]["title"]["text"] == "ms, fused levels"
     before, after = medians["y"][seed.TIMING_STEP - 1], medians["y"][seed.TIMING_STEP]
     assert after / before == pytest.approx(1.4, rel=0.08)
     assert medians["customdata"][0][:2] == [f"/projects/bert-exports/commits/{seed.sha(0)}", seed.sha(0)[:12]]
@@ -63,9 +68,13 @@ def test_overview_project_and_model_pages_tell_the_history(seeded):
     assert html.count('<td class="message"') == seed.COMMITS
 
     ort = seeded.get("/projects/bert-exports/models/bert.onnx", params={"engine": "onnxruntime", "level": "extended"})
-    bias_gelu = next(t for t in _figure(ort.text, "fusion-figure")["data"] if t["name"] == "BiasGelu")
-    assert bias_gelu["y"][seed.FUSION_DROP - 1: seed.FUSION_DROP + 1] == [2, 0]
-    assert bias_gelu["y"][seed.FUSION_BACK] == 2
+    fused_ops = _figure(ort.text, "fusion-figure")["data"]
+    bias_gelu = next(t for t in fused_ops if t["name"] == "BiasGelu")
+    counts = [row[3] for row in bias_gelu["customdata"]]  # the real counts; the drawn lines are lifted apart
+    assert counts[seed.FUSION_DROP - 1: seed.FUSION_DROP + 1] == [2, 0]
+    assert counts[seed.FUSION_BACK] == 2
+    at_drop = sorted(t["y"][seed.FUSION_DROP] for t in fused_ops)
+    assert len(set(at_drop)) == len(at_drop)  # two ops at the same count are two lines, not one
 
 
 def test_commit_page_shows_the_diff_and_why_the_fusion_stopped(seeded):
