@@ -80,10 +80,13 @@ def run_command(
     github_token: Annotated[str | None, typer.Option("--github-token", help="token for GitHub's API (default: GITHUB_TOKEN)")] = None,
     gitlab_token: Annotated[str | None, typer.Option("--gitlab-token", help="api-scope token for GitLab's API (default: FUSIONWATCH_GITLAB_TOKEN)")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="with --server in GitHub Actions or GitLab CI: report the verdict to the forge")] = True,
+    baseline_python: Annotated[Path | None, typer.Option("--baseline-python", help="with --server: the Python of the baseline's environment (the engine's previous version); each model is timed there and here alternately, and the server decides on the pairs")] = None,
+    baseline_commit: Annotated[str | None, typer.Option("--baseline-commit", help="with --baseline-python: the commit that environment is (default: the first --parent)")] = None,
 ) -> None:
     """Run each MODEL through each engine at each level: fused ops and SequentialExecutor timings.
 
-    With --server, post them to the service as commit --commit and print the alerts they raised."""
+    With --server, post them to the service as commit --commit and print the alerts they raised. With
+    --baseline-python as well, each timing is paired with the baseline environment's, block by block."""
     engines, levels = _engines(engine), _levels(level)
     if server is None:
         if project or commit or fail_on_regression:
@@ -94,7 +97,12 @@ def run_command(
         fail("--server needs --project")
     step = ci_step(project, err, github_token, gitlab_token) if report else None
     ref = commit_ref(step, commit, branch, parent, message)
+    if baseline_python is not None and not (baseline_commit or ref.parents):
+        fail("--baseline-python needs --baseline-commit (or a --parent: the first is taken)")
     measured = measure_all(models, engines, levels, disable, runs, warmup, threads, sequence_length)
+    if baseline_python is not None:
+        measured = pair_all(measured, baseline_python, baseline_commit or ref.parents[0], threads, sequence_length, warmup,
+                            tuple(disable))
     document = results_document(project, ref, measured)
     try:
         client = Server.at(server)
@@ -148,15 +156,21 @@ def results_document(project: str, commit: CommitRef, measured: list[tuple[Path,
         "commit": commit.to_json(),
         "machine": describe_machine(settings.machine_class),
         # The server keeps a result's first MAX_NEAR_MISSES near misses and refuses a document with more.
-        # A paired measurement goes as its "baseline" samples (the server decides on them); `run` measures
-        # unpaired, so a result here carries none.
-        "results": [{"model": path.name, **_without_paired(asdict(m)), "near_misses": m.near_misses[:MAX_NEAR_MISSES]}
-                    for path, m in measured],
+        # A paired measurement goes as its "baseline" samples, by position with execute_ms (the server
+        # decides on them).
+        "results": [{"model": path.name, **_without_paired(asdict(m)), "near_misses": m.near_misses[:MAX_NEAR_MISSES],
+                     **_baseline(m)} for path, m in measured],
     }
 
 
 def _without_paired(fields: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if key != "paired"}
+
+
+def _baseline(m: Any) -> dict[str, Any]:
+    if not m.paired:
+        return {}
+    return {"baseline": {"commit": m.paired["baseline_commit"], "execute_ms": list(m.paired["baseline_ms"])}}
 
 
 def analyze_command(
@@ -236,6 +250,36 @@ def _suspected(reply: dict[str, Any]) -> set[tuple[str, str, str]]:
     """(model, engine, level) of each suspected timing alert in a POST /results reply."""
     return {(a["model"], a["engine"], a["level"]) for a in reply["alerts"]
             if a["kind"] == AlertKind.TIMING_REGRESSION and a["state"] == "suspected"}
+
+
+def pair_all(measured: list[tuple[Path, Any]], python: Path, baseline_commit: str, threads: int, sequence_length: int,
+             warmup: int, disabled: tuple[str, ...] = ()) -> list[tuple[Path, Any]]:
+    """Each measurement's timing paired with the baseline environment's (service/adapters/paired_measure.py):
+    its `execute_ms` become the candidate's block levels, beside the baseline's as `paired`."""
+    from dataclasses import replace
+
+    from service.adapters.engines import EngineError
+    from service.adapters.engines.custom_ops import load_custom_ops
+    from service.adapters.paired_measure import measure_against_environment
+    from service.core.config import settings
+
+    protocol = Protocol(threads=threads, sequence_length=sequence_length, warmup=warmup)
+    custom_ops = load_custom_ops(settings.custom_ops)
+    paired = []
+    with progress(err) as bar:
+        task = bar.add_task("pairing with the baseline", total=len(measured))
+        for path, m in measured:
+            bar.update(task, description=f"{path.name} {m.engine} {m.level} against {python}")
+            try:
+                timing, version = measure_against_environment(python, path, m.engine, m.level, protocol,
+                                                              custom_ops=custom_ops, disabled=disabled)
+            except (EngineError, ModelLoadError) as error:
+                fail(str(error))
+            pairs = {"baseline_commit": baseline_commit, "baseline_ms": timing.baseline_ms,
+                     "candidate_ms": timing.candidate_ms, "baseline_engine_version": version}
+            paired.append((path, replace(m, execute_ms=list(timing.candidate_ms), paired=pairs)))
+            bar.advance(task)
+    return paired
 
 
 def measure_all(models, engines, levels, disable, runs, warmup, threads, sequence_length,

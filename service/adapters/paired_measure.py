@@ -9,12 +9,15 @@ the fastest; the per-run wall time is what is paired (the same clock for both si
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from optimizer import DEFAULT_LIMITS, LoadLimits, ModelLoadError, check_model_file
+from service.adapters.baseline_process import BaselineProcess
 from service.adapters.engines import EngineError, engine_named
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.adapters.engines.feeds import FeedError, describe_feeds, make_feeds
@@ -64,17 +67,29 @@ def measure_paired(
     policy = policy or policy_for(protocol)
     runner = engine_named(engine)
     feeds = _feeds(Path(candidate_path), Path(baseline_path), engine, level, protocol, limits)
-    sides = {
-        side: runner.open_timer(Path(path), level, feeds, threads=protocol.threads, custom_ops=custom_ops)
-        for side, path in (("A", baseline_path), ("B", candidate_path))
-    }
-    first = {side: min(timer() for _ in range(max(1, protocol.warmup))) for side, timer in sides.items()}
+    timers = [runner.open_timer(Path(path), level, feeds, threads=protocol.threads, custom_ops=custom_ops)
+              for path in (baseline_path, candidate_path)]
+    baseline, candidate = (_fastest_of(timer) for timer in timers)
+    return alternate(baseline, candidate, max(1, protocol.warmup), policy, clock)
+
+
+Block = Callable[[int], float]  # runs a side `k` times and returns its fastest run, in ms
+
+
+def alternate(
+    baseline: Block, candidate: Block, warmup: int, policy: paired.PairedPolicy,
+    clock: Callable[[], float] = time.perf_counter,
+) -> PairedTiming:
+    """Warm both sides up, size the blocks on the slower side's run, then time pairs of blocks in
+    `paired.pair_order` until the decision is made or the budget of pairs or seconds is spent."""
+    sides = {"A": baseline, "B": candidate}
+    first = {side: block(warmup) for side, block in sides.items()}
     timing = PairedTiming(block_runs=paired.runs_per_block(max(first.values()) / 1000, policy))
     started = clock()
     levels: dict[str, list[float]] = {"A": timing.baseline_ms, "B": timing.candidate_ms}
     for pair in range(policy.max_pairs):
         for side in paired.pair_order(pair):
-            levels[side].append(min(sides[side]() for _ in range(timing.block_runs)))
+            levels[side].append(sides[side](timing.block_runs))
         timing.machine_s = clock() - started
         timing.verdict = paired.decide_paired(timing.baseline_ms, timing.candidate_ms, policy)
         if timing.verdict.decided:
@@ -86,6 +101,45 @@ def measure_paired(
     else:
         timing.stopped = f"the job's {policy.max_pairs} pairs were measured"
     return timing
+
+
+def measure_against_environment(
+    python: Path, path: Path, engine: str, level: str, protocol: Protocol,
+    limits: LoadLimits = DEFAULT_LIMITS, custom_ops: CustomOps = NO_CUSTOM_OPS, policy: paired.PairedPolicy | None = None,
+    disabled: tuple[str, ...] = (),
+) -> tuple[PairedTiming, str]:
+    """The same model file timed in the baseline's Python environment (side A, another engine version)
+    and in this one (side B, with the `disabled` rules off), alternately; returns the timing and the
+    baseline's engine version."""
+    try:
+        feeds = make_feeds(check_model_file(path, limits), protocol.sequence_length)
+    except (FeedError, ModelLoadError) as error:
+        raise EngineError(engine, level, path, f"cannot make inputs: {error}") from error
+    timer = engine_named(engine).open_timer(path, level, feeds, threads=protocol.threads, disabled=disabled,
+                                            custom_ops=custom_ops)
+    with BaselineProcess(python, engine, path, level, protocol.threads, feeds) as other, one_core(other.pid):
+        timing = alternate(other.block, _fastest_of(timer), max(1, protocol.warmup), policy or policy_for(protocol))
+    return timing, other.version
+
+
+@contextmanager
+def one_core(other_pid: int) -> Iterator[None]:
+    """This thread and the baseline process on one core while they alternate. Left to the scheduler,
+    the two processes sit on different cores of a shared machine, each with its own neighbours: on a
+    2-core EPYC next to one busy process, an identical model timed 1.44× slower on one side for a whole
+    job. One core makes both sides meet the same neighbours, as the in-process pairing does."""
+    allowed = os.sched_getaffinity(0)
+    core = {min(allowed)}
+    os.sched_setaffinity(0, core)
+    try:
+        os.sched_setaffinity(other_pid, core)
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def _fastest_of(timer: Callable[[], float]) -> Block:
+    return lambda runs: min(timer() for _ in range(runs))
 
 
 def policy_for(protocol: Protocol) -> paired.PairedPolicy:

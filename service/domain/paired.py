@@ -45,7 +45,7 @@ class PairedPolicy:
     max_pairs: int = 60  # measuring stops here, decided or not
     max_seconds: float = 60.0  # ... or after this much machine time on the timed runs
     block_seconds: float = 0.05  # a block is as many runs as fill this (at least one, see runs_per_block)
-    max_block_runs: int = 20
+    max_block_runs: int = 200
 
 
 DEFAULT_PAIRED_POLICY = PairedPolicy()
