@@ -1,5 +1,5 @@
 #!/bin/bash
-# The output docs/alerts.md quotes: the tanh-GELU BERT through a real `fusionwatch serve` and the CLI
+# The output docs/alerts.md quotes: the x·sigmoid(1.702x)-GELU BERT through a real `fusionwatch serve` and the CLI
 # (port 8765, a fresh SQLite database in a temporary folder). FUSIONWATCH_BIN: where fusionwatch is.
 set -u
 cd "$(dirname "$0")/.."; REPO=$PWD
@@ -7,7 +7,7 @@ export PYTHONPATH=$REPO PATH=${FUSIONWATCH_BIN:-$REPO/.venv/bin}:$PATH COLUMNS=1
 WORK=$(mktemp -d)
 mkdir -p $WORK/a $WORK/b $WORK/c
 cp tests/models/bert_torchscript_opset14.onnx $WORK/a/bert.onnx
-cp tests/models/bert_tanhgelu_torchscript_opset14.onnx $WORK/b/bert.onnx
+cp tests/models/bert_quickgelu_torchscript_opset14.onnx $WORK/b/bert.onnx
 cp tests/models/bert_torchscript_opset14.onnx $WORK/c/bert.onnx
 export FUSIONWATCH_DATABASE_URL=sqlite:///$WORK/fw.db FUSIONWATCH_LOG_LEVEL=WARNING
 fusionwatch db upgrade 2>/dev/null
@@ -22,8 +22,8 @@ A=$(printf 'a%.0s' $(seq 40)); B=$(printf 'b%.0s' $(seq 40)); C=$(printf 'c%.0s'
 echo '$ fusionwatch submit --server $API --project bert-exports --commit aaaa… --wait bert.onnx    # exact GELU'
 fusionwatch submit --server $API --project bert-exports --commit $A --message "export with the exact GELU" --wait $WORK/a/bert.onnx 2>/dev/null
 echo "exit $?"
-echo '$ fusionwatch submit --server $API --project bert-exports --commit bbbb… --parent aaaa… --wait --fail-on-regression bert.onnx    # tanh GELU'
-fusionwatch submit --server $API --project bert-exports --commit $B --parent $A --message "gelu_new: the tanh approximation" --wait --fail-on-regression $WORK/b/bert.onnx 2>/dev/null
+echo '$ fusionwatch submit --server $API --project bert-exports --commit bbbb… --parent aaaa… --wait --fail-on-regression bert.onnx    # x·sigmoid(1.702x) GELU'
+fusionwatch submit --server $API --project bert-exports --commit $B --parent $A --message "GELU as x*sigmoid(1.702x)" --wait --fail-on-regression $WORK/b/bert.onnx 2>/dev/null
 echo "exit $?"
 ID=$(curl -s -H "Authorization: Bearer $FUSIONWATCH_TOKEN" "$API/alerts?kind=fusion-regression" | python -c "import json,sys;print(json.load(sys.stdin)['items'][0]['id'])")
 echo "\$ curl \$API/alerts/$ID"

@@ -45,7 +45,8 @@ def detect_fusions(
     if drops or rises:  # unchanged counts open nothing, so most results write without waiting on others
         _lock_model(session, model)
     restored = _resolve(session, result, commit)
-    kept, absorbed = separate_absorbed(drops, rises, restored=sum(restored.values()))
+    kept, absorbed = separate_absorbed(drops, rises, restored=sum(restored.values()),
+                                       ops_before=baseline.ops_after or None, ops_after=result.ops_after or None)
     rises += absorbed  # reported with the rises that took them up, as information
     alerts = []
     for change in kept:

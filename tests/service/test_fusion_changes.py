@@ -46,3 +46,19 @@ def test_restored_fused_ops_take_up_a_drop_as_large_or_smaller():
     drops, rises = count_changes({LAYER_NORM: 3}, {LAYER_NORM: 1})
     assert separate_absorbed(drops, rises, restored=2) == ([], drops)
     assert separate_absorbed(drops, rises, restored=1) == (drops, [])
+
+
+FAST_GELU = "com.microsoft.FastGelu"
+
+
+def test_bias_gelu_fused_as_fast_gelu_with_its_bias_is_no_loss_but_one_that_left_the_bias_add_is():
+    """Hugging Face's gelu_new exports the tanh GELU: FastGeluFusion takes the bias Add in, where
+    BiasGeluFusion did for the exact GELU (the tiny BERT export of the walkthrough: Add 1 → 1)."""
+    drops, rises = count_changes({BIAS_GELU: 2}, {FAST_GELU: 2})
+    same_adds = separate_absorbed(drops, rises, ops_before={"Add": 1, BIAS_GELU: 2}, ops_after={"Add": 1, FAST_GELU: 2})
+    assert same_adds == ([], drops)
+    bias_left = separate_absorbed(drops, rises, ops_before={"Add": 1, BIAS_GELU: 2}, ops_after={"Add": 3, FAST_GELU: 2})
+    assert bias_left == (drops, [])
+    assert separate_absorbed(drops, rises) == (drops, [])  # without the graphs' op counts nothing says so
+    fewer = count_changes({BIAS_GELU: 2}, {FAST_GELU: 1})
+    assert separate_absorbed(*fewer, ops_before={"Add": 1}, ops_after={"Add": 1})[0] == fewer[0]
