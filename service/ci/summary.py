@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from service.domain.vocabulary import AlertKind
+from service.domain.vocabulary import NOT_FINDINGS, AlertKind
 
 CONCLUSIONS = {"ok": "success", "regression": "failure", "failed": "neutral", "running": "neutral"}
 MAX_SUMMARY_CHARS = 60_000  # GitHub's check-run summary and comment bodies take 65,535
@@ -54,7 +54,7 @@ def summarize(project: str, run: dict[str, Any], diff: dict[str, Any], links: Li
     causes = _causes(run["alerts"])
     lost, gained = count_changes(diff, causes)
     failed = [job for job in run["jobs"] if job["state"] == "failed"]
-    timing_alerts = [a for a in run["alerts"] if a["kind"] == AlertKind.TIMING_REGRESSION and a["state"] != "suspected"]
+    timing_alerts = [a for a in run["alerts"] if a["kind"] == AlertKind.TIMING_REGRESSION and a["state"] not in NOT_FINDINGS]
     verdict = run["verdict"]
     conclusion = CONCLUSIONS.get(verdict, "neutral")
     title = _title(verdict, lost, gained, timing_alerts, failed, len(run["jobs"]), timings_pending)
@@ -138,7 +138,8 @@ def _timings(diff: dict[str, Any], alerts: list[dict[str, Any]], pending: bool) 
             continue
         alert = flagged.get((entry["model"], entry["engine"], entry["level"]))
         if alert is not None:
-            verdict = "regression" if alert["state"] != "suspected" else "suspected (re-measuring; not a finding)"
+            verdict = {"suspected": "suspected (re-measuring; not a finding)",
+                       "info": "slower at level disabled (information)"}.get(alert["state"], "regression")
         else:
             verdict = "no timing alert" if timing.get("before") is not None else "first measurement"
         band = (f"{timing['p10']:.3f}–{timing['p90']:.3f}" if timing.get("p10") is not None

@@ -31,6 +31,9 @@ FUSION_KINDS = (AlertKind.FUSION_REGRESSION, AlertKind.FUSION_CHANGE)
 ALERT_STATES = ("open", "acknowledged", "suspected", "confirmed", "resolved", "info")
 # What someone should look at: delivered and not yet acknowledged (a suspected timing alert is not delivered).
 NEEDS_ATTENTION = ("open", "confirmed")
+# Alert states that fail no verdict: a suspicion still being re-measured, and information (a fusion taken
+# up by another, a timing change at level disabled: the export as written, which no user runs).
+NOT_FINDINGS = ("suspected", "info")
 HOOK_FORMATS = ("json", "slack")
 # An API token's scope: `write` may also read (service/auth.py).
 TOKEN_SCOPES = ("read", "write")

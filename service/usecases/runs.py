@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from service.adapters.db import adopt_inserted
 from service.domain.protocol import protocol_for
-from service.domain.vocabulary import REGRESSION_KINDS
+from service.domain.vocabulary import NOT_FINDINGS, REGRESSION_KINDS
 from service.errors import NotFound
 from service.models import Alert, Commit, Job, Model, Project, Run
 from service.models.base import utc_now
@@ -108,7 +108,7 @@ def run_status(session: Session, run_id: int) -> RunStatus:
     alerts = list(session.scalars(select(Alert).where(Alert.run_id == run_id).order_by(Alert.id)))
     done = sum(1 for job, _ in jobs if job.state == "done")
     failed = sum(1 for job, _ in jobs if job.state == "failed")
-    if any(a.kind in REGRESSION_KINDS and a.state != "suspected" for a in alerts):
+    if any(a.kind in REGRESSION_KINDS and a.state not in NOT_FINDINGS for a in alerts):
         verdict = "regression"
     elif any(job.state in ("queued", "running") for job, _ in jobs):
         verdict = "running"

@@ -204,6 +204,9 @@ def _paired(session: Session, result: Result, verdict: paired.PairedVerdict, com
     both sides), anything else raises nothing; an inconclusive job says so on the commit page."""
     if verdict.word != paired.REGRESSED:
         return []
+    # Level disabled runs the export as written, which no user ships: its change is information.
+    state, lead = ("info", "At level disabled (no optimizer: the export as written), ") if result.level == "disabled" else (
+        "confirmed", "")
     pairs = result.paired
     baseline_sha = pairs.get("baseline_commit")
     baseline_commit = session.scalar(select(Commit).where(
@@ -212,10 +215,10 @@ def _paired(session: Session, result: Result, verdict: paired.PairedVerdict, com
     against = f"baseline {baseline_sha[:12]}" if baseline_sha else "its baseline"
     how = "posted with the result" if pairs.get("source") == "posted" else f"measured in one job ({pairs.get('stopped')})"
     return [Alert(
-        kind=KIND, state="confirmed", confirmed_at=utc_now(), confirmed_result_id=result.id,
+        kind=KIND, state=state, confirmed_at=utc_now(), confirmed_result_id=result.id,
         before=float(np.median(pairs["baseline_ms"])), after=float(np.median(pairs["candidate_ms"])),
         change_pct=verdict.change_pct,
-        message=(f"SequentialExecutor::Execute regressed for {where} at commit {commit.sha[:12]} against {against}, "
+        message=(f"{lead}SequentialExecutor::Execute regressed for {where} at commit {commit.sha[:12]} against {against}, "
                  f"the two timed alternately, {how}: {verdict.describe()}"),
         **common,
         baseline_commit_id=baseline_commit.id if baseline_commit is not None else None,

@@ -88,4 +88,5 @@ def test_the_verdict_describes_itself_as_the_alert_quotes_it():
 
 def test_blocks_alternate_and_fill_the_block_time():
     assert [pair_order(p) for p in range(4)] == [("A", "B"), ("B", "A"), ("A", "B"), ("B", "A")]
-    assert runs_per_block(0.001) == 20 and runs_per_block(0.02) == 2 and runs_per_block(2.0) == 1
+    assert runs_per_block(0.0001) == 200 and runs_per_block(0.001) == 50 and runs_per_block(0.02) == 2
+    assert runs_per_block(2.0) == 1
