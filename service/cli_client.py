@@ -209,7 +209,7 @@ def print_alerts(console: Console, alerts: Iterable[dict[str, Any]]) -> None:
         console.print("no alerts")
         return
     for alert in alerts:
-        colour = "yellow" if alert["kind"] == AlertKind.FUSION_CHANGE or alert["state"] == "info" else "red"
+        colour = "yellow" if alert["kind"] == AlertKind.FUSION_CHANGE or alert.get("state") == "info" else "red"
         # One line per alert, however long: a CI log is grepped for them.
         console.print(f"[{colour}]{alert['kind']}[/{colour}] {escape(alert['message'])}", highlight=False, soft_wrap=True)
         for line in _regression_details(alert):
