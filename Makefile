@@ -61,8 +61,9 @@ test: $(DEVSTAMP) | $(CHROMIUM)
 bench: $(EXPSTAMP)
 	$(BIN)/python -m bench
 
-# Precision, recall and delay of the alerts on planted regressions, with noise measured on this machine
-# (bench/data/detect_noise.npz; `$(BIN)/python -m bench.detect_measure` measures it again).
+# False alarms and recall of the alerts on planted regressions, unpaired and paired, on every noise
+# capture in bench/detect_captures.py (each its own row, pooled, the held-out one last); new captures:
+# `$(BIN)/python -m bench.detect_measure --out ...` and `$(BIN)/python -m bench.paired_capture --label ...`.
 bench-detect: $(DEVSTAMP)
 	$(BIN)/python -m bench.detect
 

@@ -16,6 +16,12 @@ series, posted for the same commit), as the service queues one for its own jobs.
 A timing alert counts when confirmed (only those are delivered). It is a true positive when raised at
 the step's commit or one of the ten after it; "within 2" means confirmed by the second commit after
 the step. Everything else confirmed is a false alarm, counted per 1,000 series-commits.
+
+Without `--data` (`make bench-detect`) it does this for every noise capture listed in
+`bench/detect_captures.py`, each on its own at 48 series × 100 commits (every noise source × step
+once), replays each capture's paired null pairs through `bench.detect_paired`, and prints one table:
+a row per capture, the captures not held out pooled, and the held-out capture's row last. It tunes
+nothing: the rules are the service's, as committed.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from bench import detect_captures
 from bench.detect_diagnose import diagnose
 from bench.tokens import bench_token
 from service.adapters import migrate
@@ -272,14 +279,81 @@ def add_series_arguments(parser: argparse.ArgumentParser) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description="precision, recall and delay of alerts on planted regressions")
     add_series_arguments(parser)
+    # Without --data: every capture (bench/detect_captures.py), each through the app at this smaller
+    # size (48 series × 100 commits: every noise source × step once; 1.5-2 minutes a capture on 2 busy cores).
+    parser.set_defaults(data=None, projects=2, series=24)
+    parser.add_argument("--capture", nargs="*", help="labels from bench/detect_captures.py (default: all); "
+                        "ignored with --data, which reports one unpaired noise file in full")
+    parser.add_argument("--paired-series", type=int, default=320,
+                        help="paired replay: series per capture (10 × every source × step)")
+    parser.add_argument("--paired-commits", type=int, default=100)
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--diagnose", action="store_true",
                         help="for each step of 10%% or more missed within 2 commits, print its jobs against the bar")
     args = parser.parse_args()
-    report = run(args)
-    print_report(report)
+    if args.data is None:
+        report = run_captures(args)
+    else:
+        report = run(args)
+        print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
+
+
+def run_captures(args) -> dict:
+    """Each capture replayed on its own, unpaired through the app and paired through bench.detect_paired,
+    then the table: one row per capture, the non-held-out ones pooled, the held-out row last."""
+    from bench import detect_paired  # here: it takes STEPS from this module
+
+    rows, reports, pooled_u, pooled_p = [], {}, [], []
+    for capture in detect_captures.named(args.capture):
+        unpaired = paired_ = None
+        loads = []
+        if capture.unpaired:
+            args.data = detect_captures.DATA / capture.unpaired
+            report = run(argparse.Namespace(**vars(args)))
+            unpaired = unpaired_figures(report)
+            loads.append(_load(report["noise"]["load_1min"]))
+            reports[f"{capture.label} unpaired"] = report
+        if capture.paired:
+            levels, block_s, meta = detect_paired.load(detect_captures.DATA / capture.paired)
+            counts = detect_paired.replay(levels, block_s, args.paired_series, args.paired_commits, args.seed)
+            paired_ = detect_paired.summarize(counts)
+            loads.append(_load(meta["load_1min"]))
+            reports[f"{capture.label} paired"] = {**paired_, "meta": meta, "jobs": int(levels.shape[1])}
+            if not capture.held_out:
+                pooled_p.append(counts)
+        if unpaired and not capture.held_out:
+            pooled_u.append(unpaired)
+        print(f"{capture.label}: {capture.how}\n    unpaired {unpaired}\n    paired {paired_}", flush=True)
+        rows.append((capture, unpaired, paired_, " / ".join(loads)))
+    pooled = detect_captures.Capture("pooled (not held out)", None, None, "")
+    rows.insert(sum(not c.held_out for c, *_ in rows), (
+        pooled, _sum(pooled_u) if pooled_u else None,
+        detect_paired.summarize(detect_paired.pool(pooled_p)) if pooled_p else None, ""))
+    print(f"\nunpaired: {args.projects * args.series} series × {args.commits} commits a capture through POST /results "
+          f"(seed {args.seed}); paired: {args.paired_series} series × {args.paired_commits} commits a capture "
+          f"(bench.detect_paired)")
+    detect_captures.print_table(rows)
+    return {"captures": reports, "table": [[c.label, u, p, load] for c, u, p, load in rows]}
+
+
+def unpaired_figures(report: dict) -> dict:
+    t = report["timing"]
+    big = [r for step, r in t["by_step"].items() if int(step.rstrip("%")) >= 10]
+    caught = sum(round(r["series"] * r["recall_within_2"]) for r in big)
+    return {"false_per_1000": t["false_per_1000_series_commits"], "false_alarms": t["false_alarms"],
+            "series_commits": report["series"] * report["commits"], "big_caught": caught,
+            "big_steps": sum(r["series"] for r in big)}
+
+
+def _sum(many: list[dict]) -> dict:
+    total = {k: sum(f[k] for f in many) for k in ("false_alarms", "series_commits", "big_caught", "big_steps")}
+    return {**total, "false_per_1000": total["false_alarms"] / total["series_commits"] * 1000}
+
+
+def _load(load: dict | None) -> str:
+    return "-" if not load else f"{load['min']:.1f}-{load['max']:.1f}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""The noise captures `make bench-detect` reports on, each as it was taken, and the table it prints.
+
+An explicit list, not a glob over bench/data: a capture joins the table when someone says how it was
+taken, and the held-out one is marked here before anyone looks at its numbers. Nothing in the
+detection rules is tuned on any of them by this bench: it replays each one and counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass(frozen=True)
+class Capture:
+    label: str
+    unpaired: str | None  # bench/data file written by bench.detect_measure
+    paired: str | None  # bench/data file written by bench.paired_capture
+    how: str  # session, CPU, time, load: what the files' meta does not say
+    held_out: bool = False  # taken after the rules were frozen; reported, never tuned on
+
+
+CAPTURES = (
+    Capture("xeon", "detect_noise.npz", None,
+            "session 4, 2-core Intel Xeon (Sapphire Rapids class) VM, 2026-11-24 07:35-07:45 UTC, load 4.9-7.9; "
+            "before session 6's profiler change"),
+    Capture("zen5", "detect_noise_zen5.npz", None,
+            "session 6, 2-core AMD EPYC (Zen 5, family 26) VM, 2026-11-24 14:27-14:37 UTC, load 0.9-3.2"),
+    Capture("epyc1", "detect_noise_epyc1.npz", "paired_noise_epyc1.npz",
+            "this session (29), 2-core AMD EPYC (family 25 model 17) VM, 2026-11-28 19:01-19:09 UTC"),
+    Capture("epyc2", "detect_noise_epyc2.npz", "paired_noise_epyc2.npz",
+            "this session (29), same VM, ~30 minutes after epyc1"),
+    Capture("epyc3", "detect_noise_epyc3.npz", "paired_noise_epyc3.npz",
+            "this session (29), same VM, after the rules were frozen", held_out=True),
+)
+
+
+def named(labels: list[str] | None) -> list[Capture]:
+    if not labels:
+        return [c for c in CAPTURES if (c.unpaired is None or (DATA / c.unpaired).is_file())
+                and (c.paired is None or (DATA / c.paired).is_file())]
+    known = {c.label: c for c in CAPTURES}
+    missing = [label for label in labels if label not in known]
+    if missing:
+        raise SystemExit(f"unknown capture(s) {missing}: known are {list(known)}")
+    return [known[label] for label in labels]
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def print_table(rows: list[tuple[Capture, dict | None, dict | None, str]]) -> None:
+    """rows: (capture, unpaired figures, paired figures, load) with a 'pooled' row as a Capture too.
+    Figures: false_per_1000, false_alarms, series_commits, big_caught, big_steps (+ paired's extras)."""
+    print("| capture | load (1 min) | unpaired: false alarms / 1,000 | unpaired: steps ≥ 10% within 2 | "
+          "paired: false alarms / 1,000 | paired: steps ≥ 10% caught | paired: nulls inconclusive | "
+          "paired: median pairs, machine s to a decision |")
+    print("|---|---|---|---|---|---|---|---|")
+    for capture, unpaired, paired_, load in rows:
+        name = f"**{capture.label} (held out)**" if capture.held_out else capture.label
+        cells = [name, load]
+        for figures in (unpaired, paired_):
+            if figures is None:
+                cells += ["-", "-"]
+                continue
+            cells.append(f"{figures['false_per_1000']:.2f} ({figures['false_alarms']} in {figures['series_commits']:,})")
+            cells.append(f"{_pct(figures['big_caught'] / figures['big_steps'])} ({figures['big_caught']} of {figures['big_steps']})")
+        if paired_ is None:
+            cells += ["-", "-"]
+        else:
+            cells.append(_pct(paired_["null_inconclusive"]))
+            cells.append(f"{paired_['median_pairs']:g}, {paired_['median_seconds']:.2f} s")
+        print("| " + " | ".join(cells) + " |")
