@@ -9,9 +9,10 @@ job (at random, its pairs read from a random even offset onwards, wrapping round
 order is kept); at the step commit it multiplies the candidate side's block levels (and block times)
 by 1 + step. The decision is then made as `service.adapters.paired_measure.measure_paired` makes
 it: after each pair, `paired.decide_paired` on the pairs so far with the protocol's policy, stopping
-when decided, when the policy's machine seconds are spent, or when the pairs run out (the capture's
-32 per job, fewer than the policy's 60: a job still inconclusive then stays so, quiet). A job that
-ends inconclusive is measured once more (another draw, the same commit).
+when decided, when the policy's machine seconds are spent, or when the pairs run out (the policy's
+60; epyc1's capture recorded 32 a job, so its replayed jobs stop there): a job still inconclusive
+then stays so, quiet. A job that ends inconclusive is measured once more (another draw, the same
+commit).
 
 Counted: "regressed" on a commit without a step is a false alarm (per 1,000 series-commits); a step
 is caught when the step commit's job or its re-measurement says "regressed" ("within 2 commits" can

@@ -51,7 +51,9 @@ SERIES = [
     ("gpt2_torchscript_opset14.onnx", "onnxruntime", "extended"),
 ]
 SEQUENCE_LENGTH = 16  # as bench.detect_measure: the tiny fixtures' position tables are short
-PAIRS = 32  # per job: a null is decided by pair 8-12 when the machine is quiet; the rest covers noisy jobs
+# Per job: as many as measure_paired measures at most, so a replayed job stops where the service's
+# would (epyc1 was taken with 32: its replayed jobs stop there, still inconclusive, 9% of them).
+PAIRS = paired.DEFAULT_PAIRED_POLICY.max_pairs
 
 
 def capture_job(path: Path, engine: str, level: str, protocol: Protocol, pairs: int) -> dict:
