@@ -29,9 +29,11 @@ CAPTURES = (
     Capture("zen5", "detect_noise_zen5.npz", None,
             "session 6, 2-core AMD EPYC (Zen 5, family 26) VM, 2026-11-24 14:27-14:37 UTC, load 0.9-3.2"),
     Capture("epyc1", "detect_noise_epyc1.npz", "paired_noise_epyc1.npz",
-            "this session (29), 2-core AMD EPYC (family 25 model 17) VM, 2026-11-28 19:01-19:09 UTC"),
+            "session 29, 2-core AMD EPYC VM ('AMD EPYC' in /proc/cpuinfo, family 25 model 17), 2026-11-28 UTC: "
+            "unpaired 19:01:38-19:04:41, paired 19:04:50-19:08:52 (32 pairs a job); the lead's tests running"),
     Capture("epyc2", "detect_noise_epyc2.npz", "paired_noise_epyc2.npz",
-            "this session (29), same VM, ~30 minutes after epyc1"),
+            "session 29, the same VM half an hour later, after the bench's rules were frozen: "
+            "unpaired 19:33:32-19:36:33, paired 19:36:36-19:40:39 (60 pairs a job)"),
     Capture("epyc3", "detect_noise_epyc3.npz", "paired_noise_epyc3.npz",
             "this session (29), same VM, after the rules were frozen", held_out=True),
 )
