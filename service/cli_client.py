@@ -191,7 +191,7 @@ def print_diff(console: Console, diff: dict[str, Any]) -> None:
 
 # Only the detector's call is coloured: a median's change it did not call is shown plain, beside the word.
 WORD_STYLES = {"regressed": "red", "improved": "green", "within noise": "dim", "inconclusive": "yellow",
-               "inconclusive (re-measuring)": "yellow"}
+               "inconclusive (re-measuring)": "yellow", "slower at level disabled (information)": "yellow"}
 
 
 def _verdict(timing: dict[str, Any] | None) -> str:

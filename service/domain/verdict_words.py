@@ -16,7 +16,8 @@ from service.domain.paired import IMPROVED, INCONCLUSIVE, REGRESSED, WITHIN_NOIS
 from service.domain.timing import TimingVerdict
 
 RE_MEASURING = "inconclusive (re-measuring)"
-WORDS = (REGRESSED, IMPROVED, WITHIN_NOISE, INCONCLUSIVE, RE_MEASURING)
+INFORMATION = "slower at level disabled (information)"  # the export as written: no verdict fails on it
+WORDS = (REGRESSED, IMPROVED, WITHIN_NOISE, INCONCLUSIVE, RE_MEASURING, INFORMATION)
 
 
 def from_paired(verdict: PairedVerdict) -> dict[str, Any]:
@@ -54,6 +55,8 @@ def confirming(alerted_sha: str, change_pct: float) -> dict[str, Any]:
 def shown(stored: dict[str, Any] | None, alert_state: str | None) -> dict[str, Any] | None:
     """The word to show for a result: its stored decision, as the timing alert at its commit now stands
     (a suspected alert confirmed later is a regression; one dropped is noise)."""
+    if alert_state == "info":
+        return {**(stored or {}), "word": INFORMATION}
     if alert_state in ("confirmed", "acknowledged", "resolved"):
         return {**(stored or {}), "word": REGRESSED}
     if alert_state == "suspected":

@@ -27,6 +27,8 @@ def test_the_alert_state_decides_the_word_shown_later():
     assert verdict_words.shown(suspected, "confirmed")["word"] == "regressed"
     assert verdict_words.shown(suspected, None)["word"] == "within noise"  # its re-measurement did not confirm it
     assert verdict_words.shown(None, None) is None
+    paired = verdict_words.from_paired(decide_paired([1.0] * 12, [1.12] * 12))
+    assert verdict_words.shown(paired, "info")["word"] == "slower at level disabled (information)"
 
 
 def test_a_paired_verdict_shows_its_ratio_and_interval():
