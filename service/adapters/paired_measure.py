@@ -126,8 +126,8 @@ def measure_against_environment(
 def one_core(other_pid: int) -> Iterator[None]:
     """This thread and the baseline process on one core while they alternate. Left to the scheduler,
     the two processes sit on different cores of a shared machine, each with its own neighbours: on a
-    2-core EPYC next to one busy process, an identical model timed 1.44× slower on one side for a whole
-    job. One core makes both sides meet the same neighbours, as the in-process pairing does."""
+    2-core EPYC next to one busy process, an identical model came out tens of percent slower on one side
+    for a whole job. One core makes both sides meet the same neighbours, as the in-process pairing does."""
     allowed = os.sched_getaffinity(0)
     core = {min(allowed)}
     os.sched_setaffinity(0, core)

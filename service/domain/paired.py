@@ -97,7 +97,7 @@ def decide_paired(baseline: Sequence[float], candidate: Sequence[float], policy:
     ratio, low, high = math.exp(estimate), math.exp(low), math.exp(high)
     effect = 1 + policy.min_effect_pct / 100
     word = INCONCLUSIVE
-    if n >= policy.min_pairs and math.isfinite(high) and low > 0:
+    if n >= policy.min_pairs and math.isfinite(high):
         if low > 1 and ratio >= effect:
             word = REGRESSED
         elif high < 1 and ratio <= 1 / effect:
