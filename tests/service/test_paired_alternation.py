@@ -1,0 +1,51 @@
+"""service/adapters/paired_measure.alternate on sides whose run times are known: new sessions settle
+before blocks are sized or timed, and the sides are timed in pair order."""
+
+from __future__ import annotations
+
+from service.adapters.paired_measure import alternate
+from service.domain.paired import DEFAULT_PAIRED_POLICY, WITHIN_NOISE
+
+
+class Machine:
+    """A clock that advances by the runs it is asked to time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.calls: list[str] = []
+
+    def side(self, name: str, first_ms: float, settling_ms: float):
+        """A session's runs: `first_ms` for its first, 1 ms + `settling_ms` for the next 24, then 1 ms."""
+        done = [0]
+
+        def block(runs: int) -> float:
+            self.calls.append(name)
+            times = []
+            for _ in range(runs):
+                i = done[0]
+                done[0] += 1
+                ms = first_ms if i == 0 else 1.0 + settling_ms if i < 25 else 1.0
+                self.now += ms / 1000
+                times.append(ms)
+            return min(times)
+
+        return block
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_an_identical_model_whose_first_session_settles_slowly_is_within_noise():
+    machine = Machine()
+    # The first session of a process: a 200 ms first run, then runs of 2 ms settling to 1 ms;
+    # the second session settles faster. Blocks sized on the first run held one run each, and the
+    # still-settling side A made B look more than 5% faster for pairs on end ("improved").
+    baseline = machine.side("A", first_ms=200.0, settling_ms=1.0)
+    candidate = machine.side("B", first_ms=2.0, settling_ms=0.2)
+    timing = alternate(baseline, candidate, 1, DEFAULT_PAIRED_POLICY, machine.clock)
+    assert timing.block_runs == 50  # 50 ms blocks of the settled 1 ms run
+    assert timing.verdict.word == WITHIN_NOISE and timing.verdict.ratio == 1.0
+    assert timing.baseline_ms == timing.candidate_ms == [1.0] * 8
+    assert timing.stopped == "decided after 8 pairs"
+    timed = machine.calls[-16:]
+    assert timed == ["A", "B", "B", "A"] * 4
