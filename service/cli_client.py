@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -119,13 +120,13 @@ class Server:
         return self.request("GET", run_url)
 
     def wait(self, run_url: str, timeout_s: float, on_poll: Callable[[dict], None] = lambda run: None,
-             poll_s: float = 1.0) -> dict[str, Any]:
-        """The run once no job is queued or running; ServerError after `timeout_s`."""
+             poll_s: float = 1.0, until: Callable[[dict], bool] = lambda run: False) -> dict[str, Any]:
+        """The run once no job is queued or running, or `until` it holds; ServerError after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         while True:
             run = self.run(run_url)
             on_poll(run)
-            if run["state"] != "running":
+            if run["state"] != "running" or until(run):
                 return run
             if time.monotonic() >= deadline:
                 raise ServerError(
@@ -274,6 +275,11 @@ def progress(console: Console) -> Progress:
     )
 
 
+class WaitFor(StrEnum):
+    fusions = "fusions"
+    all = "all"
+
+
 # --- fusionwatch submit ----------------------------------------------------------------------------
 
 
@@ -293,6 +299,7 @@ def submit_command(
     github_token: Annotated[str | None, typer.Option("--github-token", help="token for GitHub's API (default: GITHUB_TOKEN)")] = None,
     gitlab_token: Annotated[str | None, typer.Option("--gitlab-token", help="api-scope token for GitLab's API (default: FUSIONWATCH_GITLAB_TOKEN)")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="in GitHub Actions or GitLab CI, report the verdict to the forge (implies --wait)")] = True,
+    wait_for: Annotated[WaitFor | None, typer.Option("--wait-for", help="fusions: return once every model's fused-op counts are known (seconds, before any timing), on their verdict; all: as --wait, reporting the fusion verdict to the forge first")] = None,
 ) -> None:
     """Send a commit's model exports to the service: a CI step.
 
@@ -319,8 +326,18 @@ def submit_command(
             f"{ref.sha[:12]} — {client.http.base_url}{answer['run_url']}",
             highlight=False, markup=False,
         )
-        if not (wait or fail_on_regression or step):
+        if not (wait or fail_on_regression or step or wait_for):
             return
+        if wait_for is not None:
+            run = _wait_with_progress(client, answer["run_url"], timeout, until=fusions_known)
+            if run["state"] == "running":
+                fusions_only = wait_for == WaitFor.fusions
+                print_fusion_verdict(out, run)
+                if step is not None:
+                    step.report(str(client.http.base_url), as_fusion_verdict(run), client.diff(project, ref.sha),
+                                final=fusions_only, timings_pending=True)
+                if fusions_only:
+                    _exit_on_fusions(run, fail_on_regression)
         run = _wait_with_progress(client, answer["run_url"], timeout)
         diff = client.diff(project, ref.sha)
         print_diff(out, diff)
@@ -356,7 +373,42 @@ def commit_ref(step: CiStep | None, sha: str | None, branch: str | None, parents
                      built.message if message is None else message)
 
 
-def _wait_with_progress(client: Server, run_url: str, timeout_s: float) -> dict[str, Any]:
+def fusions_known(run: dict[str, Any]) -> bool:
+    """Every job's fused-op counts are known (a drop may be known before: the report waits for them all,
+    seconds, so that it names every engine and level that lost it)."""
+    return bool((run.get("fusions") or {}).get("done"))
+
+
+def as_fusion_verdict(run: dict[str, Any]) -> dict[str, Any]:
+    """The run as the forge reports it before its timings: its verdict the fusion verdict."""
+    return {**run, "verdict": run["fusions"]["verdict"]}
+
+
+def print_fusion_verdict(console: Console, run: dict[str, Any]) -> None:
+    lost = run["fusions"]["lost"]
+    if lost:
+        table = Table(title="fused ops lost (before any timing)", title_justify="left")
+        for column in ("model", "engine", "level", "fused op", "before → after", "cause"):
+            table.add_column(column)
+        for entry in lost:
+            cause = "explained when this job's result is in" if entry["pending"] else "see the alert"
+            table.add_row(escape(entry["model"]), entry["engine"], entry["level"], escape(entry["op"]),
+                          f"{entry['before']} → {entry['after']}", cause)
+        console.print(table)
+    print_alerts(console, [a for a in run["alerts"] if a["kind"] in (AlertKind.FUSION_REGRESSION, AlertKind.FUSION_CHANGE)])
+    console.print(f"fusion verdict: [bold]{run['fusions']['verdict']}[/bold] (timings: {run['jobs_done']} of "
+                  f"{run['jobs_total']} jobs done; see {run.get('commit', '')[:12]}'s commit page)", highlight=False)
+
+
+def _exit_on_fusions(run: dict[str, Any], fail_on_regression: bool) -> NoReturn:
+    verdict = run["fusions"]["verdict"]
+    if fail_on_regression and verdict == "regression":
+        raise typer.Exit(EXIT_REGRESSION)
+    raise typer.Exit(EXIT_ERROR if verdict == "failed" else 0)
+
+
+def _wait_with_progress(client: Server, run_url: str, timeout_s: float,
+                        until: Callable[[dict], bool] = lambda run: False) -> dict[str, Any]:
     """A progress bar on a terminal; in a CI log, which has none, a line each time a job finishes."""
     finished = [0]
     with progress(err) as bar:
@@ -369,7 +421,7 @@ def _wait_with_progress(client: Server, run_url: str, timeout_s: float) -> dict[
                 finished[0] = done
                 err.print(f"measuring: {done} of {run['jobs_total']} jobs finished", highlight=False)
 
-        return client.wait(run_url, timeout_s, update)
+        return client.wait(run_url, timeout_s, update, until=until)
 
 
 def fail(message: str) -> NoReturn:

@@ -75,13 +75,17 @@ class CiStep:
                 parents = [pull.base_sha]
         return BuiltCommit(self.context.sha, self.context.branch, parents, self.context.message)
 
-    def report(self, server_origin: str, run: dict, diff: dict, final: bool = True) -> None:
+    def report(self, server_origin: str, run: dict, diff: dict, final: bool = True,
+               timings_pending: bool | None = None) -> None:
+        """`final`: the check run completes (else it stays in progress, to be updated); `timings_pending`
+        (default: not final): the summary says the timings are still being measured."""
         if self.reporter is None:
             return
         links = Links(commit=self.context.commit_url,
                       dashboard=f"{server_origin}/projects/{self.project}/commits/{diff['commit']}",
                       run=f"{server_origin}/api/v1/runs/{run['id']}")
-        summary = summarize(self.project, run, diff, links, timings_pending=not final)
+        pending = not final if timings_pending is None else timings_pending
+        summary = summarize(self.project, run, diff, links, timings_pending=pending)
         try:
             for line in self.reporter.report(summary, links.dashboard, final):
                 self.err.print(f"{self.forge}: {escape(line)}", highlight=False)

@@ -53,6 +53,7 @@ def summarize(project: str, run: dict[str, Any], diff: dict[str, Any], links: Li
               timings_pending: bool = False) -> Summary:
     causes = _causes(run["alerts"])
     lost, gained = count_changes(diff, causes)
+    lost += _pending_drops(run)
     failed = [job for job in run["jobs"] if job["state"] == "failed"]
     timing_alerts = [a for a in run["alerts"] if a["kind"] == AlertKind.TIMING_REGRESSION and a["state"] not in NOT_FINDINGS]
     verdict = run["verdict"]
@@ -102,6 +103,16 @@ def count_changes(diff: dict[str, Any], causes: dict[tuple, str]) -> tuple[list[
             elif count["after"] > count["before"]:
                 gained.append(change)
     return lost, gained
+
+
+def _pending_drops(run: dict[str, Any]) -> list[CountChange]:
+    """Drops the counts taken before timing found (service/usecases/fusion_verdict.py) for jobs whose
+    results, and so their alerts and the diff's rows, are not in yet."""
+    return [CountChange(e["model"], e["engine"], e["level"], e["op"], e["before"], e["after"],
+                        f"{e['rule'] or e['op']} stopped firing; its cause is explained when this job's result is in"
+                        if not e["after"] else f"{e['rule'] or e['op']} fired less; its cause is explained when "
+                        "this job's result is in")
+            for e in (run.get("fusions") or {}).get("lost", []) if e.get("pending")]
 
 
 def _causes(alerts: list[dict[str, Any]]) -> dict[tuple, str]:

@@ -1,5 +1,6 @@
-"""A job is executed: measure its model file, record the result once, then deliver its alerts, queue
-any re-measurement and place the series' change-point windows."""
+"""A job is executed: first the fused-op counts of its run and of the runs waiting (the fusion verdicts,
+service/commands/count_run_fusions.py), then measure its model file, record the result once, deliver its
+alerts, queue any re-measurement and place the series' change-point windows."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from service.adapters.feed_sets import FeedSetStore
 from service.adapters.machine import describe_machine
 from service.adapters.measure import measure
 from service.adapters.paired_measure import CannotPair, measure_paired
+from service.commands.count_run_fusions import count_run_fusions, count_waiting_runs
 from service.domain.measurement import Measurement
 from service.domain.protocol import Protocol, protocol_for
 from service.models import Job, Model, ModelFile, Project, Result, Run
@@ -38,6 +40,10 @@ def execute_job(services: Services, job_id: int) -> None:
     A suspected timing alert queues its re-measurement (service/usecases/remeasure.py), announced to
     the services' broker when jobs go through Celery."""
     session_factory = services.session_factory
+    with session_factory() as session:
+        run_id = session.get(Job, job_id).run_id
+    count_run_fusions(services, run_id)  # fusion verdicts first: seconds, where timing takes minutes
+    count_waiting_runs(services)
     with session_factory() as session:
         job = session.get(Job, job_id)
         if session.scalar(select(Result.id).where(Result.job_id == job_id)) is not None:

@@ -7,8 +7,9 @@ never take the same job; a job whose worker died is put back while attempts rema
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, CheckConstraint, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.domain.vocabulary import ENGINES, JOB_STATES, LEVEL_NAMES, one_of
@@ -40,3 +41,7 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utc_now)
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # The fused-op counts of the optimized graph, taken before any job of the run is timed, so the run's
+    # fusion verdict comes in seconds (service/commands/count_run_fusions.py): {"fingerprint",
+    # "engine_version", "fusions", "ops_after"}, or {"error"} when the file could not be optimized.
+    counts: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))

@@ -137,25 +137,34 @@ def _resolve(session: Session, result: Result, commit: Commit) -> dict[str, int]
     """Mark the entries of earlier regressions of this model that `result` restores; resolve an alert
     once all its entries are restored. Returns how much of each op this result restored."""
     restored: dict[str, int] = {}
-    candidates = session.scalars(select(Alert).where(
-        Alert.kind == AlertKind.FUSION_REGRESSION, Alert.project_id == result.project_id, Alert.model_id == result.model_id,
-        Alert.state.in_(UNRESOLVED), Alert.commit_id != commit.id)).all()
-    for alert in candidates:
-        raised_at = session.get(Commit, alert.commit_id)
-        if raised_at is None or raised_at.seq > commit.seq:
-            continue
-        entries, changed = [], False
-        for entry in alert.changes:
-            if (entry.get("engine"), entry.get("level")) == (result.engine, result.level) and not entry.get(
-                    "restored_by") and result.fusions.get(alert.op, 0) >= entry["before"]:
-                entry = entry | {"restored_by": commit.sha}
-                restored[alert.op] = restored.get(alert.op, 0) + entry["before"] - entry["after"]
-                changed = True
-            entries.append(entry)
-        if not changed:
-            continue
+    touched: dict[int, tuple[Alert, list[dict[str, Any]]]] = {}
+    for alert, index, amount in restorations(session, result.project_id, result.model_id, result.engine, result.level,
+                                             result.fusions, commit):
+        restored[alert.op] = restored.get(alert.op, 0) + amount
+        entries = touched.setdefault(alert.id, (alert, list(alert.changes)))[1]
+        entries[index] = entries[index] | {"restored_by": commit.sha}
+    for alert, entries in touched.values():
         alert.changes = entries
         if all(e.get("restored_by") for e in entries):
             alert.state, alert.resolved_by_commit_id, alert.resolved_at = "resolved", commit.id, utc_now()
             log.info("fusion regression resolved", extra={"alert_id": alert.id, "commit": commit.sha[:12]})
     return restored
+
+
+def restorations(session: Session, project_id: int, model_id: int, engine: str, level: str, fusions: dict[str, int],
+                 commit: Commit) -> list[tuple[Alert, int, int]]:
+    """(alert, index of its entry, count restored) for each entry, at this engine and level, of an earlier
+    unresolved regression of the model that the counts `fusions` at `commit` bring back. Reads only."""
+    found = []
+    candidates = session.scalars(select(Alert).where(
+        Alert.kind == AlertKind.FUSION_REGRESSION, Alert.project_id == project_id, Alert.model_id == model_id,
+        Alert.state.in_(UNRESOLVED), Alert.commit_id != commit.id)).all()
+    for alert in candidates:
+        raised_at = session.get(Commit, alert.commit_id)
+        if raised_at is None or raised_at.seq > commit.seq:
+            continue
+        for index, entry in enumerate(alert.changes):
+            if (entry.get("engine"), entry.get("level")) == (engine, level) and not entry.get(
+                    "restored_by") and fusions.get(alert.op, 0) >= entry["before"]:
+                found.append((alert, index, entry["before"] - entry["after"]))
+    return found

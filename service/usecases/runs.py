@@ -14,6 +14,7 @@ from service.domain.vocabulary import NOT_FINDINGS, REGRESSION_KINDS
 from service.errors import NotFound
 from service.models import Alert, Commit, Job, Model, Project, Run
 from service.models.base import utc_now
+from service.usecases.fusion_verdict import FusionVerdict, fusion_verdict
 
 # A run holding one re-measurement of a commit whose timing alert is suspected (service/usecases/remeasure.py).
 REMEASURE_TRIGGER = "remeasure"
@@ -40,7 +41,7 @@ def start_run(
     rows = [
         {"run_id": run["id"], "model_id": model.id, "model_file_id": model.latest_file_id, "engine": engine,
          "level": level, "machine_class": machine_class, "state": "queued", "attempts": 0, "worker": None,
-         "error": None, "created_at": created, "started_at": None, "finished_at": None}
+         "error": None, "created_at": created, "started_at": None, "finished_at": None, "counts": None}
         for model in models
         for engine in protocol.engines
         for level in protocol.levels
@@ -96,6 +97,7 @@ class RunStatus:
     verdict: str  # running, ok, regression, failed
     alerts: list[Alert]
     jobs: list[tuple[Job, str]]  # with the model's name
+    fusions: FusionVerdict  # known before the timings are (service/usecases/fusion_verdict.py)
 
 
 def run_status(session: Session, run_id: int) -> RunStatus:
@@ -126,4 +128,5 @@ def run_status(session: Session, run_id: int) -> RunStatus:
         verdict=verdict,
         alerts=alerts,
         jobs=[(job, name) for job, name in jobs],
+        fusions=fusion_verdict(session, run, list(jobs), alerts),
     )

@@ -143,3 +143,34 @@ def test_the_event_payload_sets_the_commit_and_its_baseline(tmp_path):
     again = github_context(environment(tmp_path, "http://x", "push") | {"GITHUB_EVENT_PATH": str(event)})
     assert again.parents == [BASE]
     assert github_context({"CI": "true"}) is None
+
+
+def test_the_fusion_verdict_first_completes_the_check_run_then_the_timings_update_it(tmp_path):
+    """`submit --wait-for all`: the check run shows the fusion verdict in progress, with the drops the
+    counts taken before timing found (no cause yet), then completes when the timings are in."""
+    forge = LoopbackForge()
+    forge.merge_bases[(BASE, HEAD)] = MERGE_BASE
+    run, diff = run_and_diff(lost=True)
+    early_run = {**run, "alerts": [], "jobs": [{**run["jobs"][0], "state": "queued"}], "verdict": "regression",
+                 "fusions": {"done": True, "verdict": "regression", "lost": [
+                     {"model": "bert.onnx", "engine": "native", "level": "extended", "op": "com.microsoft.BiasGelu",
+                      "rule": "BiasGeluFusion", "before": 2, "after": 0, "pending": True}]}}
+    early_diff = {**diff, "models": []}  # no result recorded yet
+    with loopback_github(forge) as github:
+        reporter = GitHubReporter(github_context(environment(tmp_path, github.url)), "bert-exports")
+        early = summarize("bert-exports", early_run, early_diff, LINKS, timings_pending=True)
+        assert early.conclusion == "failure" and "lost fused ops: BiasGelu" in early.title
+        assert "timings pending" in early.title
+        reporter.report(early, LINKS.dashboard, final=False)
+        (check,) = forge.check_runs.values()
+        assert check["status"] == "in_progress" and "conclusion" not in check
+        assert ("| bert.onnx | native | extended | BiasGelu | 2 → 0 | BiasGeluFusion stopped firing; its cause is "
+                "explained when this job's result is in |") in check["output"]["summary"]
+        assert "**Timings**: still being measured" in check["output"]["summary"]
+
+        reporter.report(summarize("bert-exports", run, diff, LINKS), LINKS.dashboard)
+        (check,) = forge.check_runs.values()  # the same check run, completed
+        assert check["status"] == "completed" and check["conclusion"] == "failure"
+        assert "ai.onnx.contrib.Passthrough" in check["output"]["summary"]
+        assert [r.method for r in forge.requests if "/check-runs" in r.path] == ["POST", "PATCH"]
+    assert forge.problems == []

@@ -11,7 +11,7 @@ import subprocess
 import onnx
 
 from tests.service.custom_op_plugin import insert_before_gelu
-from tests.service.serving import api_post, free_port, fusionwatch_command, serving
+from tests.service.serving import api_get, api_post, free_port, fusionwatch_command, serving
 
 BERT = "tests/models/bert_torchscript_opset14.onnx"
 PLUGIN = "tests.service.custom_op_plugin"
@@ -81,3 +81,30 @@ def test_submit_to_an_unreachable_server_exits_2_naming_it(tmp_path):
     )
     assert result.returncode == 2
     assert f"cannot reach {server}/api/v1/webhooks/ci" in result.stderr
+
+
+def test_submit_wait_for_fusions_fails_the_step_before_the_timings_are_in(tmp_path, database_url):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    export_a, export_b = tmp_path / "a" / "bert.onnx", tmp_path / "b" / "bert.onnx"
+    onnx.save(onnx.load(BERT), export_a)
+    onnx.save(insert_before_gelu(onnx.load(BERT)), export_b)
+    sha_a, sha_b = "a1" * 20, "b2" * 20
+    # Enough runs that the timings take seconds after the counts: the step must not wait for them.
+    settings = SETTINGS | {"runs": 400}
+    with serving(tmp_path, database_url, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
+        created = api_post(f"{base}/projects", json={"name": "bert-exports", "settings": settings})
+        assert created.status_code == 201, created.text
+        a = submit_export(base, sha_a, export_a, "--wait-for", "fusions", "--fail-on-regression")
+        assert a.returncode == 0, a.stdout + a.stderr
+        assert "fusion verdict: ok (timings: " in a.stdout
+
+        b = submit_export(base, sha_b, export_b, "--wait-for", "fusions", "--fail-on-regression", "--parent", sha_a)
+        assert b.returncode == 1, b.stdout + b.stderr
+        assert "fusion verdict: regression (timings: " in b.stdout and "of 4 jobs done" in b.stdout
+        rows = [line for line in b.stdout.splitlines() if line.startswith("│") and "BiasGelu" in line]
+        assert len(rows) == 2 and all("2 → 0" in row for row in rows)  # both engines at extended
+        assert "verdict: regression (" not in b.stdout.replace("fusion verdict: regression (", "")
+        [run_line] = [line for line in b.stdout.splitlines() if line.startswith("run ")]
+        run = api_get(f"{base}/runs/{run_line.split()[1].rstrip(':')}").json()
+        assert run["fusions"]["verdict"] == "regression"

@@ -24,6 +24,8 @@ def read_run(session: SessionDep, run_id: int) -> dict[str, Any]:
         "trigger": status.run.trigger,
         "state": status.run.state,
         "verdict": status.verdict,
+        # The fused-op counts' verdict, known before the timings (service/usecases/fusion_verdict.py).
+        "fusions": status.fusions.to_dict(),
         "jobs_total": status.jobs_total,
         "jobs_done": status.jobs_done,
         "jobs_failed": status.jobs_failed,
