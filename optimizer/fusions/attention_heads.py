@@ -31,7 +31,7 @@ from optimizer.fusions.attention_sdpa import (
 )
 from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank
 from optimizer.rule import Fail, Match, fail
-from optimizer.shape_probe import constant_dims
+from optimizer.shape_probe import constant_dims, evaluated_dims
 
 
 def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
@@ -190,6 +190,9 @@ def _heads_dims(graph: ir.Graph, value: ir.Value) -> list[int | str | None]:
     if isinstance(dims[1], int) and isinstance(dims[3], int):
         return dims
     fixed = constant_dims(graph, value)
+    if fixed is None or len(fixed) != 4 or fixed[1] is None or fixed[3] is None:
+        # GPT-NeoX's partial rotary, Gemma's repeated K: inference names nothing past them
+        fixed = evaluated_dims(graph, value) or fixed
     if fixed is None or len(fixed) != 4:
         return dims
     return [d if isinstance(d, int) else (f if f is not None else d) for d, f in zip(dims, fixed, strict=True)]

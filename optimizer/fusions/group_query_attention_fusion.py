@@ -28,7 +28,7 @@ import onnx_ir as ir
 
 from optimizer.match import MS, attr, const_array, describe, input_at, is_op, producer, rank, value_name
 from optimizer.rule import Match, Rule, fail
-from optimizer.shape_probe import pinned_shapes
+from optimizer.shape_probe import evaluated_shapes, pinned_shapes
 from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
 # MultiHeadAttention inputs the fused form has no place for
@@ -126,6 +126,20 @@ def _shared_head(repeated: ir.Value, heads: int):
     return source, 1, [expand]
 
 
+def _shape_at(graph: ir.Graph, which: int):
+    """value -> its shape at the pinned probe sizes `which` (0: first, 1: second), inferred or, where
+    inference named none (Gemma's K after its rotary embedding), evaluated; None when neither can."""
+
+    def shape(value: ir.Value) -> tuple[int, ...] | None:
+        pinned = pinned_shapes(graph, value)[which]
+        if value.name in pinned:
+            return pinned[value.name]
+        evaluated = evaluated_shapes(graph, value)
+        return evaluated[which] if evaluated is not None else None
+
+    return shape
+
+
 def _repeat_source(graph: ir.Graph, repeated: ir.Value, heads: int):
     """(k, kv_heads, nodes) where `repeated` = Reshape(Expand(Unsqueeze(k, 2))) repeats each of k's
     heads heads/kv_heads times in a row; else why not."""
@@ -138,16 +152,18 @@ def _repeat_source(graph: ir.Graph, repeated: ir.Value, heads: int):
     if not is_op(unsqueeze, "Unsqueeze"):
         return f"does not come from Reshape(Expand(Unsqueeze(k))), the grouped-query repeat (found {describe(reshape)})"
     source = unsqueeze.inputs[0]
-    first, _ = pinned_shapes(graph, source)
-    k_shape, out_shape = first.get(source.name), first.get(repeated.name)
+    first, second = (_shape_at(graph, which) for which in (0, 1))
+    k_shape, out_shape = first(source), first(repeated)
     if k_shape is None or out_shape is None or len(k_shape) != 4:
         return f"has no shape the probe can infer for '{value_name(source)}' (batch, kv_heads, sequence, head_size)"
     kv_heads = k_shape[1]
     if heads % kv_heads or out_shape != (k_shape[0], heads, *k_shape[2:]):
         return f"is {out_shape}, not {heads} heads repeated from the {k_shape} it reads"
+    if second(source) is None or second(source)[1] != kv_heads:  # a head count that varies with the sizes
+        return f"reads '{value_name(source)}', whose heads are not {kv_heads} at every input size"
     numbered = np.arange(1, 1 + int(np.prod(k_shape)), dtype=np.float64).reshape(k_shape)
     try:
-        result = evaluate_on_probe(graph, repeated, {id(source): numbered}, first)
+        result = evaluate_on_probe(graph, repeated, {id(source): numbered}, shape_of=first)
     except PROBE_ERRORS as error:
         return f"cannot be evaluated on a probe tensor: {error}"
     if not np.array_equal(result, np.repeat(numbered, heads // kv_heads, axis=1)):

@@ -45,6 +45,17 @@ PINNED = {
     # ALiBi [heads, 1, T] (a slice of a buffer by the sequence length) added under a finfo.min
     # masked_fill, which absorbs it where it masks: it joins attention_bias, repeated over the queries
     "mpt_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.SkipLayerNormalization": 4},
+    # Q and K in heads after TorchScript's partial rotary (the rotated slice of each head concatenated
+    # with the rest), whose heads and head size inference cannot name: read by evaluating the chain
+    # at both probe sizes. GPT-NeoX's K/V have every head (MultiHeadAttention); Phi-3's two K/V heads
+    # are repeated (GroupQueryAttention), as are Gemma's one, whose repeat inference leaves unnamed
+    "gpt_neox_torchscript.onnx": {"Reshape": 2, "com.microsoft.BiasGelu": 2, "com.microsoft.MultiHeadAttention": 2,
+                                  "com.microsoft.SkipLayerNormalization": 1},
+    "phi3_torchscript.onnx": {"Reshape": 6, "SimplifiedLayerNormalization": 3, "com.microsoft.GroupQueryAttention": 2,
+                              "com.microsoft.QuickGelu": 2, "com.microsoft.SkipSimplifiedLayerNormalization": 2},
+    "gemma_torchscript.onnx": {"Reshape": 6, "SimplifiedLayerNormalization": 1, "com.microsoft.FastGelu": 2,
+                               "com.microsoft.GroupQueryAttention": 2,
+                               "com.microsoft.SkipSimplifiedLayerNormalization": 4},
 }
 
 
