@@ -100,7 +100,7 @@ def export(kind: str, exporter: str, path: Path) -> None:
 
 FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo", "deberta_v2_torchscript",
          "bloom_dynamo", "bloom_torchscript", "mpt_dynamo", "gpt_neox_torchscript", "phi3_torchscript",
-         "gemma_torchscript"]
+         "gemma_torchscript", "falcon_torchscript"]
 
 
 def main(argv: list[str]) -> None:

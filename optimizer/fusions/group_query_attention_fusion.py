@@ -114,15 +114,19 @@ class GroupQueryAttentionFusion(Rule):
         return op.op("GroupQueryAttention", inputs, attributes, domain=MS, name=name)
 
 
-def _shared_head(repeated: ir.Value, heads: int):
+def _shared_head(graph: ir.Graph, repeated: ir.Value, heads: int):
     """(k, 1, [Expand]) where `repeated` = Expand(k [B, 1, T, H], [1, heads, 1, 1]): one K/V head every
     query head reads (multi-query attention, as AttentionFusion writes it); else None."""
     expand = producer(repeated)
     if not is_op(expand, "Expand"):
         return None
     source, target = expand.inputs[0], const_array(input_at(expand, 1))
-    if rank(source) != 4 or source.shape[1] != 1 or target is None or [int(d) for d in target] != [1, heads, 1, 1]:
+    if rank(source) != 4 or target is None or [int(d) for d in target] != [1, heads, 1, 1]:
         return None
+    if source.shape[1] != 1:  # Falcon's TorchScript K, after its rotary Add: inference lost the one head
+        shapes = evaluated_shapes(graph, source)
+        if shapes is None or any(len(shape) != 4 or shape[1] != 1 for shape in shapes):
+            return None
     return source, 1, [expand]
 
 
@@ -144,7 +148,7 @@ def _repeat_source(graph: ir.Graph, repeated: ir.Value, heads: int):
     """(k, kv_heads, nodes) where `repeated` = Reshape(Expand(Unsqueeze(k, 2))) repeats each of k's
     heads heads/kv_heads times in a row; else why not."""
     reshape = producer(repeated)
-    shared = _shared_head(repeated, heads)
+    shared = _shared_head(graph, repeated, heads)
     if shared is not None:
         return shared
     expand = producer(input_at(reshape, 0)) if is_op(reshape, "Reshape") else None
