@@ -12,6 +12,11 @@ on Q (back in [B, S, hidden]) and K, V in heads, the probe checking the Kᵀ cha
 merge. When K and V in heads are Concats onto a per-layer past_key / past_value (Hugging Face's
 cache), the Concats go into the op as its past inputs and present outputs. GroupQueryAttentionFusion
 then takes the MultiHeadAttention whose K and V are repeated heads.
+
+The heads and head size must be numbers the graph fixes. Where onnx's inference names none
+(TorchScript's partial rotary slices each head with bounds it does not propagate), they are read by
+evaluating the chain at both probe sizes (shape_probe.evaluated_shapes). TorchScript's SDPA scales
+Q and Kᵀ each by sqrt(scale): Mul/Div steps by a scalar on either operand join the op's scale.
 """
 
 from __future__ import annotations
@@ -166,7 +171,8 @@ def _unscaled(value: ir.Value) -> tuple[ir.Value, float, list[ir.Node]]:
     factor, nodes = 1.0, []
     while len(nodes) < 2 and (is_op(producer(value), "Mul") or is_op(producer(value), "Div")):
         data, found, _ = scalar_operand(producer(value))
-        if data is None or len(value.uses()) != 1:
+        # rank: a one-element [1, 1, 1, 1, 1] operand broadcasts the data to an extra axis
+        if data is None or len(value.uses()) != 1 or rank(value) != rank(data):
             break
         factor, nodes, value = factor * found, [*nodes, producer(value)], data
     return value, factor, nodes
