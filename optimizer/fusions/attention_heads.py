@@ -44,8 +44,8 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
     """The block over Q, K, V already in heads, [B, N, S, H], as MultiHeadAttention: a Match, or
     why not, or None when Q is not such a tensor at all."""
     qk, pv, fill, mask = sdpa.qk, sdpa.pv, sdpa.fill, sdpa.mask
-    # TorchScript's SDPA scales Q and Kᵀ each by sqrt(scale) before their product; where the scale
-    # is computed from sizes, MatMulScaleFusion leaves those Muls here and they join the fused op's scale
+    # TorchScript's SDPA scales Q and Kᵀ each by sqrt(scale) before their product: a constant, or one
+    # computed from K's shape (Falcon) that MatMulScaleFusion cannot fold; either joins the op's scale
     q4, scale, scale_nodes = _unscaled(qk.inputs[0])
     v4 = pv.inputs[1]
     if rank(q4) != 4 or q4.shape is None:
