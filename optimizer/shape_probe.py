@@ -133,6 +133,8 @@ def evaluated_shapes(graph: ir.Graph, value: ir.Value) -> tuple[tuple[int, ...],
     first, second = pinned_shapes(graph, value)
     if value.name in first and value.name in second:
         return first[value.name], second[value.name]
+    if value.name is None:  # nothing to cache it by
+        return _evaluate_shapes(graph, value, first, second)
     cache = graph.meta.setdefault(EVALUATED_KEY, {})
     if value.name not in cache:
         cache[value.name] = _evaluate_shapes(graph, value, first, second)
