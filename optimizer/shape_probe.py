@@ -25,12 +25,14 @@ from optimizer.data_propagation import data_prop_is_bounded
 from optimizer.match import MS
 from optimizer.onnx_api import call_onnx  # strips and restores weights
 from optimizer.text import shorten
+from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
 log = logging.getLogger("fusionwatch.optimizer")
 
 # (batch, every other symbolic input dimension) for the two runs
 FIRST_SIZES, SECOND_SIZES = (2, 3), (5, 7)
 CACHE_KEY = "fusionwatch.pinned_shapes"
+EVALUATED_KEY = "fusionwatch.evaluated_shapes"
 PROTO_KEY = "fusionwatch.unoptimized_proto"
 # Ops onnx cannot infer whose first output has their first input's shape: onnxruntime's own
 # normalizations (LayerNormalization below opset 17 too) and the fused ops rules emit, which the
@@ -57,6 +59,7 @@ def forget_pinned(graph: ir.Graph, keep_unoptimized: bool = True) -> None:
     """Drop pinned shapes of an earlier optimization of this graph (and, at the end of one, the
     serialized graph they were inferred from, which a session would otherwise hold on to)."""
     graph.meta.pop(CACHE_KEY, None)
+    graph.meta.pop(EVALUATED_KEY, None)
     if not keep_unoptimized:
         graph.meta.pop(PROTO_KEY, None)
 
@@ -90,6 +93,81 @@ def constant_dims(graph: ir.Graph, value: ir.Value) -> list[int | None] | None:
     if a is not None and b is not None and len(a) == len(b) == len(declared):
         return [d if isinstance(d, int) else (x if x == y else None) for d, x, y in zip(declared, a, b, strict=True)]
     return [d if isinstance(d, int) else None for d in declared]
+
+
+# Nodes one evaluation may run: a rotary embedding and a grouped-query repeat between a projection
+# and Q, K or V in heads take about 60, their cos/sin tables included.
+MAX_EVALUATED_NODES = 150
+
+
+def evaluated_dims(graph: ir.Graph, value: ir.Value) -> list[int | None] | None:
+    """`value`'s dimensions as constant_dims gives them, for a value pinned inference names none of:
+    a number where the shapes evaluated at both probe sizes (evaluated_shapes) agree, None where they
+    differ; None when they cannot be evaluated."""
+    shapes = evaluated_shapes(graph, value)
+    if shapes is None:
+        return None
+    a, b = shapes
+    if len(a) != len(b) or (value.shape is not None and len(value.shape) != len(a)):
+        return None
+    dims = [x if x == y else None for x, y in zip(a, b, strict=True)]
+    declared = list(value.shape) if value.shape is not None else [None] * len(a)
+    if any(isinstance(d, int) and d != e for d, e in zip(declared, dims, strict=True)):
+        return None  # not what inference proved: the evaluation went wrong somewhere
+    return dims
+
+
+def evaluated_shapes(graph: ir.Graph, value: ir.Value) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """`value`'s shapes at FIRST_SIZES and SECOND_SIZES: pinned inference's, or where it names none,
+    its chain evaluated at both sizes on stand-in arrays; None when that cannot be done.
+
+    onnx's inference stops at a Slice whose bounds are shape arithmetic it does not propagate (a
+    partial rotary embedding's split of each head, Range's output) and at a grouped-query repeat;
+    every value after that is unnamed, though the graph fixes its heads and head size. Evaluating
+    the chain names them: floating-point values whose pinned shape is known stand in as arrays of
+    that shape, and everything between them and `value` is computed (constants, shape arithmetic,
+    the data movement and elementwise work of the chain). The stand-ins' contents could reach a
+    shape only through an op that reads data into sizes (NonZero, a Range over data), so each size
+    is evaluated with two different contents, and a shape that differs between them is not taken.
+    Cached on the graph by value name, as the pinned shapes are."""
+    first, second = pinned_shapes(graph, value)
+    if value.name in first and value.name in second:
+        return first[value.name], second[value.name]
+    if value.name is None:  # nothing to cache it by
+        return _evaluate_shapes(graph, value, first, second)
+    cache = graph.meta.setdefault(EVALUATED_KEY, {})
+    if value.name not in cache:
+        cache[value.name] = _evaluate_shapes(graph, value, first, second)
+    return cache[value.name]
+
+
+def _evaluate_shapes(graph: ir.Graph, value: ir.Value, first: Shapes, second: Shapes):
+    shapes = []
+    for pinned in (first, second):
+        found = set()
+        for fill in (_zeros, _ramp):
+            def stand_in(current: ir.Value, pinned=pinned, fill=fill) -> np.ndarray | None:
+                shape, dtype = pinned.get(current.name), current.dtype
+                if shape is None or dtype is None or not dtype.is_floating_point():
+                    return None
+                return fill(shape, dtype.numpy())
+            try:
+                found.add(np.shape(evaluate_on_probe(graph, value, {}, pinned, MAX_EVALUATED_NODES,
+                                                     stand_in=stand_in)))
+            except PROBE_ERRORS:
+                return None
+        if len(found) != 1:
+            return None
+        shapes.append(found.pop())
+    return shapes[0], shapes[1]
+
+
+def _zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    return np.zeros(shape, dtype)
+
+
+def _ramp(shape: tuple[int, ...], dtype) -> np.ndarray:
+    return (np.arange(int(np.prod(shape))) % 7 + 1).astype(dtype).reshape(shape)
 
 
 def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
@@ -177,4 +255,4 @@ def _static(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
     return tuple(d.dim_value for d in tensor.shape.dim)
 
 
-__all__ = ["pinned_shapes", "constant_dims", "FIRST_SIZES"]
+__all__ = ["pinned_shapes", "constant_dims", "evaluated_dims", "evaluated_shapes", "FIRST_SIZES"]

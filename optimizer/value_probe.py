@@ -29,10 +29,14 @@ def evaluate_on_probe(
     shapes: dict | None = None,
     limit: int = 40,
     shape_of: Callable[[ir.Value], tuple[int, ...] | None] | None = None,
+    stand_in: Callable[[ir.Value], np.ndarray | None] | None = None,
 ) -> np.ndarray:
     """`value` computed from `known` (id of a value -> its probe array), constants and, for Shape of
     anything else, `shapes` (value name -> pinned shape) or `shape_of` (value -> its probe shape, None
-    when it has none); at most `limit` nodes are evaluated."""
+    when it has none); at most `limit` nodes are evaluated.
+
+    `stand_in` (value -> an array, or None) supplies arrays for values met on the way instead of
+    evaluating their producers; with it, a Shape of a value with no pinned shape evaluates the value."""
     budget = [0]
 
     def run(current: ir.Value) -> np.ndarray:
@@ -41,6 +45,11 @@ def evaluate_on_probe(
         constant = const_array(current)
         if constant is not None:
             return constant
+        if stand_in is not None:
+            array = stand_in(current)
+            if array is not None:
+                known[id(current)] = array
+                return array
         node = producer(current)
         budget[0] += 1
         if node is None or budget[0] > limit or not constant_eval.can_evaluate(node):
@@ -48,9 +57,10 @@ def evaluate_on_probe(
         source = node.inputs[0] if node.inputs else None
         if is_op(node, "Shape") and id(source) not in known and (shapes is not None or shape_of is not None):
             pinned = shape_of(source) if shape_of is not None else shapes.get(source.name)
-            if pinned is None:
+            if pinned is None and stand_in is None:
                 raise constant_eval.NotEvaluable(f"no pinned shape for '{value_name(source)}'")
-            inputs = [np.broadcast_to(np.zeros((), np.bool_), pinned)]  # only its shape is read
+            # only its shape is read
+            inputs = [run(source) if pinned is None else np.broadcast_to(np.zeros((), np.bool_), pinned)]
         else:
             inputs = [None if v is None else run(v) for v in node.inputs]
         for output, array in zip(

@@ -5,7 +5,8 @@
 Each file is one attention form AttentionFusion must fuse exactly or refuse with a reason
 (docs/optimizer.md): multi-query K/V (Falcon, GPTBigCode), a relative position bias beside the mask (MPNet),
 [batch*heads, ...] products (DeBERTa-v2), ALiBi on them (Bloom), ALiBi
-under a masked_fill (MPT) The sizes are the smallest that keep
+under a masked_fill (MPT), Q/K/V in heads whose heads inference cannot name (TorchScript's partial
+rotary in GPT-NeoX and Phi-3, Gemma's repeated K/V). The sizes are the smallest that keep
 every form (hidden 32, 4 heads of 8, 2 layers, vocab 1000 so tests.oracle.fixture_feeds' ids fit),
 so each file stays near 100-250 KB; weights are seeded random and perturbed off their init, as
 tools/make_fixtures.py does, so a fusion dropping a bias or a norm weight changes results.
@@ -44,6 +45,13 @@ def config(kind: str):
         return t.MptConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=1000, max_seq_len=64, expansion_ratio=2)
     if kind == "mpnet":  # a relative position bias added to the scores before the padding mask
         return t.MPNetConfig(**SIZES)
+    if kind == "gpt_neox":  # partial rotary: a quarter of each head rotated, the rest passed through
+        return t.GPTNeoXConfig(**SIZES, use_cache=False)
+    if kind == "phi3":  # rotary written as partial (an empty pass-through concatenated); grouped-query K/V
+        return t.Phi3Config(**SIZES, num_key_value_heads=2, use_cache=False, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2)
+    if kind == "gemma":  # one K/V head repeated to every query head; head_dim set apart from hidden
+        return t.GemmaConfig(**SIZES, num_key_value_heads=1, head_dim=8, use_cache=False)
     raise KeyError(f"unknown kind {kind!r}")
 
 
@@ -91,7 +99,8 @@ def export(kind: str, exporter: str, path: Path) -> None:
 
 
 FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo", "deberta_v2_torchscript",
-         "bloom_dynamo", "bloom_torchscript", "mpt_dynamo"]
+         "bloom_dynamo", "bloom_torchscript", "mpt_dynamo", "gpt_neox_torchscript", "phi3_torchscript",
+         "gemma_torchscript", "falcon_torchscript"]
 
 
 def main(argv: list[str]) -> None:

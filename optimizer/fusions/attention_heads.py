@@ -12,6 +12,11 @@ on Q (back in [B, S, hidden]) and K, V in heads, the probe checking the Kᵀ cha
 merge. When K and V in heads are Concats onto a per-layer past_key / past_value (Hugging Face's
 cache), the Concats go into the op as its past inputs and present outputs. GroupQueryAttentionFusion
 then takes the MultiHeadAttention whose K and V are repeated heads.
+
+The heads and head size must be numbers the graph fixes. Where onnx's inference names none
+(TorchScript's partial rotary slices each head with bounds it does not propagate), they are read by
+evaluating the chain at both probe sizes (shape_probe.evaluated_shapes). TorchScript's SDPA scales
+Q and Kᵀ each by sqrt(scale): Mul/Div steps by a scalar on either operand join the op's scale.
 """
 
 from __future__ import annotations
@@ -28,17 +33,21 @@ from optimizer.fusions.attention_sdpa import (
     guarded,
     heads_bias,
     is_key_padding,
+    scalar_operand,
 )
 from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank
 from optimizer.rule import Fail, Match, fail
-from optimizer.shape_probe import constant_dims
+from optimizer.shape_probe import constant_dims, evaluated_dims
 
 
 def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
     """The block over Q, K, V already in heads, [B, N, S, H], as MultiHeadAttention: a Match, or
     why not, or None when Q is not such a tensor at all."""
     qk, pv, fill, mask = sdpa.qk, sdpa.pv, sdpa.fill, sdpa.mask
-    q4, v4 = qk.inputs[0], pv.inputs[1]
+    # TorchScript's SDPA scales Q and Kᵀ each by sqrt(scale) before their product: a constant, or one
+    # computed from K's shape (Falcon) that MatMulScaleFusion cannot fold; either joins the op's scale
+    q4, scale, scale_nodes = _unscaled(qk.inputs[0])
+    v4 = pv.inputs[1]
     if rank(q4) != 4 or q4.shape is None:
         return None
     if sdpa.scores_reshape is not None:
@@ -63,6 +72,10 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
     k4 = qk.inputs[1]
     if sdpa.k_transposed:  # Kᵀ: walk back to a [B, N, T, H] value the chain swaps the last axes of
         while not like_q(k4) or not k_chain:
+            k4, factor, steps = _unscaled(k4)  # a scalar commutes with the data movement around it
+            scale, scale_nodes = scale * factor, scale_nodes + steps
+            if steps and like_q(k4) and k_chain:
+                break
             node = producer(k4)
             if not (is_op(node, "Transpose") or is_op(node, "Reshape")) or len(k_chain) >= 4:
                 return fail("heads", "Kᵀ does not come from K [batch, heads, keys, head_size] through Transpose/Reshape")
@@ -106,7 +119,7 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
         return fail("heads", "K and V are one head shared by every query head and concatenated onto a past: "
                     "MultiHeadAttention's past holds every head")
     concats = [cache[0], cache[1]] if cache is not None else []
-    nodes = list({id(n): n for n in sdpa.core + k_chain + out_nodes + concats}.values())
+    nodes = list({id(n): n for n in sdpa.core + scale_nodes + k_chain + out_nodes + concats}.values())
     nodes += layout.dead_helpers(nodes, [fill[0].inputs[0] if fill is not None else None, mask, sdpa.extra_bias])
     return Match(
         nodes=layout.in_graph_order(graph, nodes),
@@ -116,7 +129,7 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
             "graph": graph, "anchor": sdpa.softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
             "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
             "guard_zero": sdpa.guard_zero, "shared_kv": shared_kv, "extra_bias": sdpa.extra_bias,
-            "num_heads": num_heads, "scale": sdpa.scale, "flat_output": flat_output, "hidden": num_heads * head_size,
+            "num_heads": num_heads, "scale": sdpa.scale * scale, "flat_output": flat_output, "hidden": num_heads * head_size,
         },
     )
 
@@ -148,6 +161,21 @@ def rewrite_heads(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
         shape = layout.unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
         output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
     return [output, *presents]
+
+
+def _unscaled(value: ir.Value) -> tuple[ir.Value, float, list[ir.Node]]:
+    """(the value before them, their product, the Muls/Divs) for Mul/Div steps by a scalar
+    (attention_sdpa.scalar_operand: a constant, or one computed from sizes alone) whose results
+    only the next step reads; the shape arithmetic computing a scalar dies with the block when
+    nothing else reads it."""
+    factor, nodes = 1.0, []
+    while len(nodes) < 2 and (is_op(producer(value), "Mul") or is_op(producer(value), "Div")):
+        data, found, _ = scalar_operand(producer(value))
+        # rank: a one-element [1, 1, 1, 1, 1] operand broadcasts the data to an extra axis
+        if data is None or len(value.uses()) != 1 or rank(value) != rank(data):
+            break
+        factor, nodes, value = factor * found, [*nodes, producer(value)], data
+    return value, factor, nodes
 
 
 def _heads_cache(k4: ir.Value, v4: ir.Value):
@@ -190,6 +218,9 @@ def _heads_dims(graph: ir.Graph, value: ir.Value) -> list[int | str | None]:
     if isinstance(dims[1], int) and isinstance(dims[3], int):
         return dims
     fixed = constant_dims(graph, value)
+    if fixed is None or len(fixed) != 4 or fixed[1] is None or fixed[3] is None:
+        # GPT-NeoX's partial rotary, Gemma's repeated K: inference names nothing past them
+        fixed = evaluated_dims(graph, value) or fixed
     if fixed is None or len(fixed) != 4:
         return dims
     return [d if isinstance(d, int) else (f if f is not None else d) for d, f in zip(dims, fixed, strict=True)]

@@ -30,7 +30,7 @@ from optimizer.match import (
     producer,
     rank,
 )
-from optimizer.shape_probe import pinned_shapes
+from optimizer.shape_probe import evaluated_shapes, pinned_shapes
 from optimizer.text import preview
 from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
@@ -191,6 +191,10 @@ class LayoutProbe:
             return self.shapes[id(value)]
         if value.name in self.pinned:  # consistent with batch and seq (for_heads)
             return self.pinned[value.name]
+        if self.pinned:  # the same sizes, where inference named none (V after a partial rotary's slices)
+            evaluated = evaluated_shapes(self.graph, value)
+            if evaluated is not None:
+                return evaluated[0]
         if value.shape is None:
             return None
         dims = []

@@ -28,7 +28,7 @@ import onnx_ir as ir
 
 from optimizer.match import MS, attr, const_array, describe, input_at, is_op, producer, rank, value_name
 from optimizer.rule import Match, Rule, fail
-from optimizer.shape_probe import pinned_shapes
+from optimizer.shape_probe import evaluated_shapes, pinned_shapes
 from optimizer.value_probe import PROBE_ERRORS, evaluate_on_probe
 
 # MultiHeadAttention inputs the fused form has no place for
@@ -114,23 +114,41 @@ class GroupQueryAttentionFusion(Rule):
         return op.op("GroupQueryAttention", inputs, attributes, domain=MS, name=name)
 
 
-def _shared_head(repeated: ir.Value, heads: int):
+def _shared_head(graph: ir.Graph, repeated: ir.Value, heads: int):
     """(k, 1, [Expand]) where `repeated` = Expand(k [B, 1, T, H], [1, heads, 1, 1]): one K/V head every
     query head reads (multi-query attention, as AttentionFusion writes it); else None."""
     expand = producer(repeated)
     if not is_op(expand, "Expand"):
         return None
     source, target = expand.inputs[0], const_array(input_at(expand, 1))
-    if rank(source) != 4 or source.shape[1] != 1 or target is None or [int(d) for d in target] != [1, heads, 1, 1]:
+    if rank(source) != 4 or target is None or [int(d) for d in target] != [1, heads, 1, 1]:
         return None
+    if source.shape[1] != 1:  # Falcon's TorchScript K, after its rotary Add: inference lost the one head
+        shapes = evaluated_shapes(graph, source)
+        if shapes is None or any(len(shape) != 4 or shape[1] != 1 for shape in shapes):
+            return None
     return source, 1, [expand]
+
+
+def _shape_at(graph: ir.Graph, which: int):
+    """value -> its shape at the pinned probe sizes `which` (0: first, 1: second), inferred or, where
+    inference named none (Gemma's K after its rotary embedding), evaluated; None when neither can."""
+
+    def shape(value: ir.Value) -> tuple[int, ...] | None:
+        pinned = pinned_shapes(graph, value)[which]
+        if value.name in pinned:
+            return pinned[value.name]
+        evaluated = evaluated_shapes(graph, value)
+        return evaluated[which] if evaluated is not None else None
+
+    return shape
 
 
 def _repeat_source(graph: ir.Graph, repeated: ir.Value, heads: int):
     """(k, kv_heads, nodes) where `repeated` = Reshape(Expand(Unsqueeze(k, 2))) repeats each of k's
     heads heads/kv_heads times in a row; else why not."""
     reshape = producer(repeated)
-    shared = _shared_head(repeated, heads)
+    shared = _shared_head(graph, repeated, heads)
     if shared is not None:
         return shared
     expand = producer(input_at(reshape, 0)) if is_op(reshape, "Reshape") else None
@@ -138,16 +156,18 @@ def _repeat_source(graph: ir.Graph, repeated: ir.Value, heads: int):
     if not is_op(unsqueeze, "Unsqueeze"):
         return f"does not come from Reshape(Expand(Unsqueeze(k))), the grouped-query repeat (found {describe(reshape)})"
     source = unsqueeze.inputs[0]
-    first, _ = pinned_shapes(graph, source)
-    k_shape, out_shape = first.get(source.name), first.get(repeated.name)
+    first, second = (_shape_at(graph, which) for which in (0, 1))
+    k_shape, out_shape = first(source), first(repeated)
     if k_shape is None or out_shape is None or len(k_shape) != 4:
         return f"has no shape the probe can infer for '{value_name(source)}' (batch, kv_heads, sequence, head_size)"
     kv_heads = k_shape[1]
     if heads % kv_heads or out_shape != (k_shape[0], heads, *k_shape[2:]):
         return f"is {out_shape}, not {heads} heads repeated from the {k_shape} it reads"
+    if second(source) is None or second(source)[1] != kv_heads:  # a head count that varies with the sizes
+        return f"reads '{value_name(source)}', whose heads are not {kv_heads} at every input size"
     numbered = np.arange(1, 1 + int(np.prod(k_shape)), dtype=np.float64).reshape(k_shape)
     try:
-        result = evaluate_on_probe(graph, repeated, {id(source): numbered}, first)
+        result = evaluate_on_probe(graph, repeated, {id(source): numbered}, shape_of=first)
     except PROBE_ERRORS as error:
         return f"cannot be evaluated on a probe tensor: {error}"
     if not np.array_equal(result, np.repeat(numbered, heads // kv_heads, axis=1)):

@@ -45,6 +45,22 @@ PINNED = {
     # ALiBi [heads, 1, T] (a slice of a buffer by the sequence length) added under a finfo.min
     # masked_fill, which absorbs it where it masks: it joins attention_bias, repeated over the queries
     "mpt_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.SkipLayerNormalization": 4},
+    # Q and K in heads after TorchScript's partial rotary (the rotated slice of each head concatenated
+    # with the rest), whose heads and head size inference cannot name: read by evaluating the chain
+    # at both probe sizes. GPT-NeoX's K/V have every head (MultiHeadAttention); Phi-3's two K/V heads
+    # are repeated (GroupQueryAttention), as are Gemma's one, whose repeat inference leaves unnamed
+    "gpt_neox_torchscript.onnx": {"Reshape": 2, "com.microsoft.BiasGelu": 2, "com.microsoft.MultiHeadAttention": 2,
+                                  "com.microsoft.SkipLayerNormalization": 1},
+    "phi3_torchscript.onnx": {"Reshape": 6, "SimplifiedLayerNormalization": 3, "com.microsoft.GroupQueryAttention": 2,
+                              "com.microsoft.QuickGelu": 2, "com.microsoft.SkipSimplifiedLayerNormalization": 2},
+    # Falcon's multi-query block in TorchScript: SDPA scales Q and Kᵀ each by sqrt(sqrt(1/head_size))
+    # computed from K's shape, and the rotary Add loses K's one head to inference: the scale steps
+    # join the fused op's scale, the head is read by evaluating K's chain
+    "falcon_torchscript.onnx": {"LayerNormalization": 1, "Reshape": 8, "com.microsoft.Gelu": 2,
+                                "com.microsoft.GroupQueryAttention": 2, "com.microsoft.SkipLayerNormalization": 2},
+    "gemma_torchscript.onnx": {"Reshape": 6, "SimplifiedLayerNormalization": 1, "com.microsoft.FastGelu": 2,
+                               "com.microsoft.GroupQueryAttention": 2,
+                               "com.microsoft.SkipSimplifiedLayerNormalization": 4},
 }
 
 
@@ -54,10 +70,12 @@ def test_attention_form_fuses_as_pinned_and_matches_on_padded_inputs(name):
     assert_fuses_as_pinned(model, masked_inputs(model)["left_padded"], PINNED[name])
 
 
-def test_multi_query_attention_reads_its_one_key_value_head():
-    fused = optimize(onnx.load(FORMS / "falcon_dynamo.onnx"), "extended").model
+@pytest.mark.parametrize("name", ["falcon_dynamo.onnx", "falcon_torchscript.onnx"])
+def test_multi_query_attention_reads_its_one_key_value_head(name):
+    fused = optimize(onnx.load(FORMS / name), "extended").model
     gqa = [node for node in fused.graph if node.op_type == "GroupQueryAttention"]
     assert [(n.attributes["num_heads"].value, n.attributes["kv_num_heads"].value) for n in gqa] == [(4, 1)] * 2
+    assert [n.attributes["scale"].value for n in gqa] == pytest.approx([8 ** -0.5] * 2)  # head size 8
     assert not any(node.op_type == "Softmax" or node.name.endswith(("/key_heads", "/value_heads")) for node in fused.graph)
 
 

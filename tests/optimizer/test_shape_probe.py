@@ -1,0 +1,56 @@
+"""Shapes at the probe sizes where onnx's inference names none: evaluated on stand-in arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from optimizer.model_io import load_model
+from optimizer.shape_inference import infer_shapes
+from optimizer.shape_probe import constant_dims, evaluated_dims, evaluated_shapes
+
+
+def _graph(nodes, initializers, x_shape):
+    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    infer_shapes(model)
+    return model.graph, next(v for node in model.graph for v in node.outputs if v.name == "y")
+
+
+def _ints(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def test_a_partial_rotary_split_of_each_head_is_named_by_evaluating_it():
+    # x [batch, 2, seq, 8]: the first half of each head (its bound Shape(x)[3] / 2, a Div onnx's data
+    # propagation does not follow) negated, concatenated with the rest, as TorchScript's partial rotary
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "three"], ["size"], axis=0),
+        helper.make_node("Div", ["size", "two"], ["half"]),
+        helper.make_node("Unsqueeze", ["half", "zero"], ["bound"]),
+        helper.make_node("Slice", ["x", "start", "bound", "last"], ["rotated"]),
+        helper.make_node("Slice", ["x", "bound", "end", "last"], ["passed"]),
+        helper.make_node("Neg", ["rotated"], ["negated"]),
+        helper.make_node("Concat", ["negated", "passed"], ["y"], axis=-1),
+    ]
+    inits = [_ints("three", 3), _ints("two", 2), _ints("zero", [0]), _ints("start", [0]), _ints("end", [1 << 62]),
+             _ints("last", [-1])]
+    graph, y = _graph(nodes, inits, ["batch", 2, "seq", 8])
+    assert not isinstance((constant_dims(graph, y) or [None] * 4)[3], int)  # inference stops at the Slices
+    assert evaluated_dims(graph, y) == [None, 2, None, 8]
+    assert evaluated_shapes(graph, y) == ((2, 2, 3, 8), (5, 2, 7, 8))
+
+
+def test_a_size_read_from_the_data_is_refused():
+    # Range(0, max(x)): its length is whatever x holds, which the stand-ins do not know
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["top"], keepdims=0),
+        helper.make_node("Cast", ["top"], ["count"], to=TensorProto.INT64),
+        helper.make_node("Range", ["zero", "count", "one"], ["steps"]),
+        helper.make_node("Cast", ["steps"], ["y"], to=TensorProto.FLOAT),
+    ]
+    graph, y = _graph(nodes, [_ints("zero", 0), _ints("one", 1)], ["batch", 4])
+    assert evaluated_shapes(graph, y) is None
+    assert evaluated_dims(graph, y) is None
