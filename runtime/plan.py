@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import Backend
@@ -299,7 +300,8 @@ def build_plan(graph: ir.Graph, scope: Scope, plan_subgraph: PlanSubgraph) -> Pl
         for i, node in enumerate(nodes)
         if not _is_constant(node, kernels[i])
     ]
-    steps = _with_shape_memos(steps, fixed | {NONE_SLOT})
+    if scope.backend.xp is np:  # kept results are read-only numpy arrays (runtime/step_memo.py)
+        steps = _with_shape_memos(steps, fixed | {NONE_SLOT})
     loop = [(step.memo.run if step.memo else _bound_run(step), step.inputs, step.outputs, step.frees) for step in steps]
     return Plan(
         steps=steps,
