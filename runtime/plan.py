@@ -22,9 +22,10 @@ in the same scope); it passes the mapping on to the subgraphs it planned with it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from runtime.backends import Backend
@@ -32,6 +33,7 @@ from runtime.errors import GraphPlanError, UnsupportedModelError, UnsupportedOp
 from runtime.kernels import registry
 from runtime.kernels.base import Kernel, PlanSubgraph, SubgraphKernel
 from runtime.kernels.base import UnsupportedOp as KernelUnsupported
+from runtime.step_memo import StepMemo, shape_steps
 
 NONE_SLOT = 0  # always None: every omitted optional input reads it
 SINK_SLOT = 1  # omitted optional outputs land here and are released by the same step
@@ -57,6 +59,8 @@ class Step:
     outputs: tuple[int, ...]
     frees: tuple[int, ...]
     implicit_inputs: tuple[str, ...]
+    # Set where the step computes from shapes and constants alone (runtime/step_memo.py).
+    memo: StepMemo | None = None
 
     @property
     def label(self) -> str:
@@ -296,7 +300,9 @@ def build_plan(graph: ir.Graph, scope: Scope, plan_subgraph: PlanSubgraph) -> Pl
         for i, node in enumerate(nodes)
         if not _is_constant(node, kernels[i])
     ]
-    loop = [(_bound_run(step), step.inputs, step.outputs, step.frees) for step in steps]
+    if scope.backend.xp is np:  # kept results are read-only numpy arrays (runtime/step_memo.py)
+        steps = _with_shape_memos(steps, fixed | {NONE_SLOT})
+    loop = [(step.memo.run if step.memo else _bound_run(step), step.inputs, step.outputs, step.frees) for step in steps]
     return Plan(
         steps=steps,
         loop=loop,
@@ -310,6 +316,20 @@ def build_plan(graph: ir.Graph, scope: Scope, plan_subgraph: PlanSubgraph) -> Pl
         intermediate_slots=intermediate,
         initializer_bytes=initializer_bytes,
     )
+
+
+def _with_shape_memos(steps: list[Step], fixed: set[int]) -> list[Step]:
+    """The steps, those that compute from shapes and constants alone given a `StepMemo`."""
+    ops = [(step.node.op_type, normalize_domain(step.node.domain) == "" and not subgraphs(step.node)) for step in steps]
+    marked = shape_steps(ops, [step.inputs for step in steps], [step.outputs for step in steps], fixed)
+    return [
+        replace(
+            step, memo=StepMemo(step.kernel.run, tuple(p for p, slot in enumerate(step.inputs) if slot not in fixed))
+        )
+        if memo
+        else step
+        for step, memo in zip(steps, marked, strict=True)
+    ]
 
 
 def _is_constant(node: ir.Node, kernel: Kernel | None) -> bool:

@@ -48,6 +48,9 @@ class PlanFunction:
         source = "def run_steps(v):\n" + "".join(f"    {line}\n" for line in lines) + "    return None\n"
         self._code: CodeType = compile(source, _NAME, "exec")
         namespace: dict[str, Any] = {f"k{i}": run for i, run in enumerate(runs)}
+        for i, step in enumerate(steps):
+            if step.memo is not None:
+                namespace[f"m{i}"], namespace[f"c{i}"] = step.memo.results, step.memo.miss
         exec(self._code, namespace)  # noqa: S102 - source written above from slot numbers only
         self.run: Callable[[list[Any]], None] = namespace["run_steps"]
         self.source = source
@@ -73,7 +76,12 @@ def _write(steps: Sequence[Step], produced: frozenset[int], outputs: Sequence[in
         return f"x{slot}" if slot in produced else f"v[{slot}]"
 
     for index, step in enumerate(steps):
-        call = f"k{index}({', '.join(read(slot) for slot in step.inputs)})"
+        args = ", ".join(read(slot) for slot in step.inputs)
+        call = f"k{index}({args})"
+        if step.memo is not None:  # the look-up StepMemo.run does, inline
+            keyed = [f"id({read(step.inputs[position])})" for position in step.memo.varying]
+            key = keyed[0] if len(keyed) == 1 else f"({', '.join(keyed)}{',' if keyed else ''})"
+            call = f"(m{index}.get({key}) or (c{index}({args}),))[0]"
         named = [(position, slot) for position, slot in enumerate(step.outputs) if slot != SINK_SLOT]
         if not named:
             line = call

@@ -40,7 +40,7 @@ from runtime.executor import GraphExecutor
 from runtime.kernel_choice import KernelChoices
 from runtime.kernel_choice import choose as choose_kernels
 from runtime.kernels.base import Kernel
-from runtime.kernels.libraries import using as using_libraries
+from runtime.kernels.libraries import Using
 from runtime.memory import keep_freed_memory
 from runtime.options import SessionOptions
 from runtime.plan import Plan, normalize_domain
@@ -164,10 +164,11 @@ class InferenceSession:
             backend_name="cpu" if backend.xp is np else backend.name,
         )
         self._libraries = self.kernel_choices.libraries()
+        self._using_libraries = Using(self._libraries)
         # What products against constant weights run on: "mkl-packed", "onednn", "numpy", or a GPU backend's name.
         self.gemm_backend = self.kernel_choices.gemm.library
         chose = time.perf_counter_ns()
-        with using_libraries(self._libraries):
+        with self._using_libraries():
             self._executor = GraphExecutor(
                 model.graph, opsets=_opsets(model), backend=backend, extra_kernels=extra_kernels
             )
@@ -227,7 +228,7 @@ class InferenceSession:
         fetch = self._fetch_slots(output_names)
         values = self._executor.new_frame()
         shapes = self._place_feeds(input_feed, values)
-        with using_libraries(self._libraries):
+        with self._using_libraries():
             if profiler is None:
                 self._executor.run_frame(values, shapes)
             else:
@@ -279,7 +280,7 @@ class InferenceSession:
         for slot, name in watched.items():
             if slot not in plan.intermediate_slots:
                 to_host(name, values[slot])
-        with using_libraries(self._libraries):
+        with self._using_libraries():
             self._executor.run_frame_watching(values, watched, to_host)
 
     def end_profiling(self) -> str:

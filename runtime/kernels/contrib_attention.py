@@ -46,7 +46,7 @@ import onnx_ir as ir
 
 from runtime.backends import numpy_backend
 from runtime.kernels import compiled, cuda_fused, gemm, onednn_heads
-from runtime.kernels.base import Kernel, UnsupportedOp
+from runtime.kernels.base import Kernel, ShapeMemo, UnsupportedOp
 
 MS = "com.microsoft"
 
@@ -349,6 +349,7 @@ class Attention(_AttentionCore):
             raise UnsupportedOp(f"Attention '{node.name}': the past_sequence_length input is not implemented")
         self.want_present = _output_wanted(node, 1)
         self.packed = gemm.pack_constant(node.inputs[1] if len(node.inputs) > 1 else None, self.xp)
+        self._zero_bias = ShapeMemo()
 
     def _hidden_sizes(self, weights):
         total = weights.shape[1]
@@ -397,6 +398,17 @@ class Attention(_AttentionCore):
             qkv = gemm.product(xp, x, weights)
         return self.attend_projection(qkv, self._hidden_sizes(weights), bias, mask_index, past, attention_bias)
 
+    def _small(self, qkv, sizes, bias):
+        """Whether `compiled.small_attention` takes this: numpy float32, contiguous, and at most
+        SMALL_ATTENTION multiply-adds in the two head products."""
+        batch, seq, _ = qkv.shape
+        dq, _, dv = sizes
+        return (
+            batch * seq * seq * (dq + dv) <= compiled.SMALL_ATTENTION
+            and compiled.accepts(self.xp, qkv)
+            and (bias is None or (bias.shape == (qkv.shape[2],) and compiled.accepts(self.xp, bias)))
+        )
+
     def attend_projection(self, qkv, sizes, bias=None, mask_index=None, past=None, attention_bias=None):
         """Everything after the projection, on a fresh (B, S, Dq + Dk + Dv) `qkv` this may add to
         in place; on its own so that bench/attention_micro.py can time it without the GEMM."""
@@ -415,6 +427,17 @@ class Attention(_AttentionCore):
                 want_present=self.want_present,
             )
         library = None if past is not None or self.want_present else head_library(xp, qkv)
+        if library is None and past is None and not self.want_present and self._small(qkv, sizes, bias):
+            mask = self._additive_mask(mask_index, batch, seq, 0, seq, qkv.dtype)
+            compiled_mask = _compiled_mask(xp, (batch, heads, seq, seq), mask, attention_bias)
+            if compiled_mask is not None:
+                out = np.empty((batch, seq, dv), np.float32)
+                if bias is None:
+                    bias = self._zero_bias.get(qkv.shape[2])
+                    if bias is None:  # never written: one per width
+                        bias = self._zero_bias.keep(qkv.shape[2], np.zeros(qkv.shape[2], np.float32))
+                compiled.small_attention(qkv, bias, dq, dk, heads, scale, compiled_mask, out)
+                return (out,)
         if library is not None and (bias is None or compiled.accepts(xp, qkv, bias)):
             mask = self._additive_mask(mask_index, batch, seq, 0, seq, qkv.dtype)
             compiled_mask = _compiled_mask(xp, (batch, heads, seq, seq), mask, attention_bias)

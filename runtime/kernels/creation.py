@@ -46,11 +46,24 @@ class Shape(Kernel):
 
 
 class Size(Kernel):
+    """The element count as an int64 scalar array, kept per input shape and handed out read-only,
+    as Shape's."""
+
     op_type = "Size"
     since_version = 1
 
+    def __init__(self, node, opset, backend=numpy_backend):
+        super().__init__(node, opset, backend)
+        self._sizes = ShapeMemo()
+
     def run(self, data):
-        return (self.xp.asarray(data.size, dtype=np.int64),)
+        size = self._sizes.get(data.shape)
+        if size is None:
+            size = self.xp.asarray(data.size, dtype=np.int64)
+            if isinstance(size, np.ndarray):
+                size.flags.writeable = False
+            self._sizes.keep(data.shape, size)
+        return (size,)
 
 
 class ConstantOfShape(Kernel):

@@ -35,9 +35,11 @@ class UnaryUfunc(Kernel):
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
         self._fn = getattr(self.xp, self.ufunc)
+        self._array_type = self.xp.ndarray
 
     def run(self, x):
-        return (self.xp.asarray(self._fn(x)),)
+        out = self._fn(x)
+        return (out if type(out) is self._array_type else self.xp.asarray(out),)
 
 
 class BinaryUfunc(Kernel):
@@ -48,9 +50,12 @@ class BinaryUfunc(Kernel):
     def __init__(self, node, opset, backend=numpy_backend):
         super().__init__(node, opset, backend)
         self._fn = getattr(self.xp, self.ufunc)
+        self._array_type = self.xp.ndarray
 
     def run(self, a, b):
-        return (self.xp.asarray(self._fn(a, b)),)
+        out = self._fn(a, b)
+        # asarray only for what is not an array already (a 0-d result comes back a numpy scalar).
+        return (out if type(out) is self._array_type else self.xp.asarray(out),)
 
 
 class VariadicUfunc(Kernel):

@@ -52,6 +52,13 @@ INT_LIMIT = 2**31  # sizes and strides MKL's LP64 interface can take
 # GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c), so these calls never wake OpenBLAS's
 # workers, whose spinning beside MKL's is why the larger products leave numpy (see `matmul`).
 SMALL_PRODUCT = 65536 * 4
+# With one thread (`set_threads(1)`, as a session with intra_op_num_threads=1 sets numpy's BLAS
+# too) OpenBLAS has no workers to wake or leave spinning, and on its calling thread it beats a
+# library call up to three times that size: (16, 128) @ (128, 384) 14.7 us on numpy against 19.7
+# on oneDNN, (16, 128) @ (128, 512) 29.1 against 24.8 (AMD EPYC, one thread; the grid is in
+# docs/benchmarks.md, issue 31). The limit is then SMALL_PRODUCT times this.
+ONE_THREAD_SMALL_FACTOR = 3
+_small_factor = 1
 
 _library: ctypes.CDLL | None = None
 _load_error: str | None = None
@@ -137,7 +144,11 @@ def max_threads() -> int:
 
 
 def set_threads(count: int) -> None:
-    """MKL's thread count (0 leaves its default, one per core); a no-op without MKL."""
+    """MKL's thread count (0 leaves its default, one per core), and the small-product limit that
+    goes with the count (`ONE_THREAD_SMALL_FACTOR`); MKL's part is a no-op without MKL."""
+    global _small_factor
+    if count:
+        _small_factor = ONE_THREAD_SMALL_FACTOR if count == 1 else 1
     library = _load()
     if library is not None and count:
         library.MKL_Set_Num_Threads(count)
@@ -223,7 +234,7 @@ def matmul_packed(
 def product(xp, a, b):
     """a @ b: on MKL where gemm.matmul takes the operands (numpy backend, float32, not a small
     product), else numpy's."""
-    if xp is np and a.size * b.shape[-1] > SMALL_PRODUCT:
+    if xp is np and a.size * b.shape[-1] > SMALL_PRODUCT * _small_factor:
         y = matmul(a, b)
         if y is not None:
             return y
@@ -327,7 +338,7 @@ def applies(packed: PackedWeight | onednn_matmul.MatMulWeight | None, a, b) -> b
     OpenMP's threads are gone (runtime/kernels/onednn.py, on forks): numpy multiplies there."""
     return (
         packed is not None
-        and a.size * packed.n > SMALL_PRODUCT
+        and a.size * packed.n > SMALL_PRODUCT * _small_factor
         and (not isinstance(packed, onednn_matmul.MatMulWeight) or onednn.available())
         and b.shape == packed.source_shape
         and a.dtype == np.float32

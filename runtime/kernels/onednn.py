@@ -266,6 +266,21 @@ def execute(primitive: Handle, args: list[tuple[int, Handle]]) -> None:
     check(_library.dnnl_stream_wait(_stream), "stream_wait")
 
 
+def prepared_args(args: list[tuple[int, Handle]]) -> ctypes.Array:
+    """A primitive's execute arguments built once, for `execute_prepared`: the memory objects stay,
+    only the data handles they point at change between calls (building the array took ~1.7 µs a
+    call, a tenth of a tiny model's product)."""
+    return (_ExecArg * len(args))(*[_ExecArg(arg, memory.pointer) for arg, memory in args])
+
+
+def execute_prepared(primitive: Handle, array: ctypes.Array) -> None:
+    """`execute` with arguments from `prepared_args` (callers hold STREAM_LOCK)."""
+    global _ran
+    _ran = True
+    check(_library.dnnl_primitive_execute(primitive.pointer, _stream, len(array), array), "primitive_execute")
+    check(_library.dnnl_stream_wait(_stream), "stream_wait")
+
+
 def aligned(nbytes: int) -> tuple[np.ndarray, int]:
     """A buffer of at least nbytes and its 64-byte-aligned address, as oneDNN's kernels like."""
     raw = np.empty(nbytes + 64, np.uint8)

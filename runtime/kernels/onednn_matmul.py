@@ -94,6 +94,9 @@ class _Primitive:
         self._primitive_desc = primitive_desc
         self._src = onednn.memory(src.pointer)
         self._dst = onednn.memory(dst.pointer)
+        self._args = onednn.prepared_args(
+            [(onednn.ARG_SRC, self._src), (onednn.ARG_WEIGHTS, self._weight), (onednn.ARG_DST, self._dst)]
+        )
 
     @property
     def nbytes(self) -> int:
@@ -105,13 +108,8 @@ class _Primitive:
         return onednn.implementation(self._primitive_desc)
 
     def __call__(self, a: np.ndarray, out: np.ndarray) -> None:
-        library = onednn.library()
-        args = [
-            (onednn.ARG_SRC, self._src),
-            (onednn.ARG_WEIGHTS, self._weight),
-            (onednn.ARG_DST, self._dst),
-        ]
+        set_data_handle = onednn.library().dnnl_memory_set_data_handle
         with onednn.STREAM_LOCK:
-            library.dnnl_memory_set_data_handle(self._src.pointer, a.ctypes.data)
-            library.dnnl_memory_set_data_handle(self._dst.pointer, out.ctypes.data)
-            onednn.execute(self._primitive, args)
+            set_data_handle(self._src.pointer, a.ctypes.data)
+            set_data_handle(self._dst.pointer, out.ctypes.data)
+            onednn.execute_prepared(self._primitive, self._args)

@@ -82,6 +82,22 @@ def settable() -> bool:
     return available() and _user_blocktime is None
 
 
+def blocktime_for(wait: str | None) -> int | None:
+    """The blocktime (ms) that `waiting(wait)` sets, or None where it leaves the wait as it is."""
+    if wait is not None and wait not in BLOCKTIME_MS:
+        raise ValueError(f"unknown OpenMP wait {wait!r}; the candidates are {WAITS}")
+    if wait is None or load() is None or _user_blocktime is not None:
+        return None
+    return BLOCKTIME_MS[wait]
+
+
+def swap_blocktime(milliseconds: int) -> int:
+    """Set the calling thread's blocktime; the one it replaced. Only where `blocktime_for` gave one."""
+    before = _runtime.kmp_get_blocktime()
+    _runtime.kmp_set_blocktime(milliseconds)
+    return before
+
+
 @contextlib.contextmanager
 def waiting(wait: str | None) -> Iterator[None]:
     """Run the block with the calling thread's workers waiting as `wait` says ("sleep" or

@@ -68,6 +68,7 @@ def loop_calls(monkeypatch):
         "bias_fast_gelu_rows",
         "skip_layer_norm_rows",
         "masked_softmax_heads",
+        "small_attention",
     ):
         spy(name)
     return calls
@@ -244,7 +245,32 @@ def test_attention_softmax_takes_the_compiled_loop(batch, seq, hidden, mask_name
         "mask_index": masks(batch, seq)[mask_name] if mask_name != "none" else None,
     }
     check("Attention", inputs, num_heads=4, unidirectional=1)
-    assert loop_calls == {"masked_softmax_heads": 1}
+    assert loop_calls == {"small_attention": 1}  # small: the whole attention is one loop
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize(("batch", "seq", "hidden", "mask_name"), [(2, 6, 16, "2d_raw"), (1, 64, 64, "none")])
+def test_attention_beyond_small_takes_the_compiled_softmax(batch, seq, hidden, mask_name, with_bias, loop_calls, monkeypatch):
+    """Above SMALL_ATTENTION (here made 0 for the first case) the heads are multiplied as products
+    and only the softmax is a loop; both paths agree with onnxruntime."""
+    if seq < 64:
+        monkeypatch.setattr(compiled, "SMALL_ATTENTION", 0)
+    inputs = {
+        "input": rand(batch, seq, hidden),
+        "weights": rand(hidden, 3 * hidden, scale=0.5, seed=1),
+        "bias": rand(3 * hidden, seed=2) if with_bias else None,
+        "mask_index": masks(batch, seq)[mask_name] if mask_name != "none" else None,
+    }
+    check("Attention", inputs, num_heads=4, unidirectional=1)
+    assert "small_attention" not in loop_calls
+
+
+@pytest.mark.parametrize(("seq", "mask_name"), [(1, "none"), (7, "2d_raw"), (7, "3d")])
+def test_small_attention_without_bias_matches_onnxruntime(seq, mask_name, loop_calls):
+    inputs = {"input": rand(2, seq, 16), "weights": rand(16, 48, scale=0.5, seed=1), "bias": None,
+              "mask_index": None if mask_name == "none" else masks(2, seq)[mask_name]}  # fmt: skip
+    check("Attention", inputs, num_heads=2)
+    assert loop_calls == {"small_attention": 1}
 
 
 def test_attention_softmax_falls_back_when_scores_are_an_output(loop_calls):

@@ -109,3 +109,34 @@ def test_rms_normalization_matches_onnxruntime(axis):
 def test_rms_normalization_float16_uses_float32_statistics():
     x, scale = (_normal(2, 64) * 30).astype(np.float16), _normal(64).astype(np.float16)
     assert_same_as_onnxruntime("RMSNormalization", [x, scale], opset=23, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(("axis", "with_bias", "outputs"), [(-1, True, 1), (-1, False, 3), (2, True, 3), (1, True, 1)])
+def test_layer_normalization_with_constant_weights_matches_onnxruntime(axis, with_bias, outputs):
+    """Scale and bias as initializers: the kernel checks them once, when the plan is built, and
+    only x on each run (runtime/kernels/normalization.py, bind_constants); over two axes (axis 1)
+    it takes the general path. Two shapes in turn, as a session meets them."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from runtime import InferenceSession, SessionOptions
+
+    width = (6, 40) if axis == 1 else (40,)
+    scale, bias = _normal(*width), _normal(*width)
+    names = ["x0", "scale", "bias"] if with_bias else ["x0", "scale"]
+    outs = [f"y{i}" for i in range(outputs)]
+    node = helper.make_node("LayerNormalization", names, outs, axis=axis, epsilon=1e-3)
+    inits = [numpy_helper.from_array(scale, "scale")] + ([numpy_helper.from_array(bias, "bias")] if with_bias else [])
+    graph = helper.make_graph(
+        [node], "ln", [helper.make_tensor_value_info("x0", onnx.TensorProto.FLOAT, ["a", 6, 40])],
+        [helper.make_empty_tensor_value_info(name) for name in outs], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    session = InferenceSession(model, SessionOptions(graph_optimization_level="disabled"))
+    (step,) = session.plan.steps
+    assert (step.kernel._constant_weights is not None) == (axis != 1)
+    for rows in (2, 1, 2):
+        x = _normal(rows, 6, 40) * 4 + 300
+        expected = run_onnxruntime(model, [x])
+        for actual, want in zip(session.run(None, {"x0": x}), expected, strict=True):
+            np.testing.assert_allclose(actual, want, rtol=1e-3, atol=1e-4)
