@@ -56,10 +56,12 @@ def optimize(
         infer_shapes(model)
     stats = {rule.name: RuleStats() for rule in rules}
     # Folding can only turn a symbolic dimension into a number when the inputs it derives from
-    # are numbers; with a symbolic batch or sequence a second inference learns nothing, and it
-    # costs as much as the first (~150 ms on BERT-base).
+    # are numbers; with a symbolic sequence a second inference learns nothing, and it costs as
+    # much as the first (~150 ms on BERT-base). A symbolic batch alone still leaves every other
+    # size a number: TorchScript's TF-style "same" padding computes its pads from an image's size,
+    # and once they are folded inference names the spatial sizes after them (and the batch).
     static_inputs = all(
-        v.shape is not None and all(isinstance(d, int) for d in v.shape) for v in graph.inputs
+        v.shape is not None and all(isinstance(d, int) for d in list(v.shape)[1:]) for v in graph.inputs
     )
     near_misses: list[NearMiss] = []
     anchors = _AnchorIndex(graph)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from optimizer.fusions.attention_fusion import AttentionFusion
 from optimizer.fusions.bias_gelu_fusion import BiasGeluFusion
+from optimizer.fusions.cast_elimination import CastElimination
 from optimizer.fusions.common_subexpression_elimination import CommonSubexpressionElimination
 from optimizer.fusions.constant_folding import ConstantFolding
 from optimizer.fusions.conv_activation_fusion import ConvActivationFusion
@@ -45,6 +46,7 @@ LEVEL_NAMES = ("disabled", "basic", "extended", "layout", "all")
 # Single-node eliminations are cheap and expose patterns to everything after them: first.
 BASIC_CLEANUPS: list[Rule] = [
     EliminateIdentity(),
+    CastElimination(),
     EliminateDropout(),
     EliminateSlice(),
     UnsqueezeElimination(),

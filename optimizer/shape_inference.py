@@ -100,6 +100,8 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
         if not refine and infer.keywords["data_prop"]:  # pinned runs propagate data too: only when bounded
             remember_unoptimized(model.graph, proto)
         _sort_nodes(proto.graph)
+        if refine:  # from the inputs alone: a kept `unk__N` would otherwise come back as it went in
+            del proto.graph.value_info[:]
         return infer(proto)
 
     try:
@@ -109,6 +111,8 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
         log.warning("shape inference failed: %s", shorten(str(error), 300))
         return
     values = {v.name: v for node in model.graph for v in node.outputs if v.name}
+    named = {d.value for v in model.graph.inputs if v.shape is not None for d in v.shape if isinstance(d, ir.SymbolicDim)}
+    named.discard(None)
     for info in itertools.chain(inferred.graph.value_info, inferred.graph.output):
         value = values.get(info.name)
         if value is None:
@@ -118,7 +122,7 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
         if value.shape is None:
             value.shape = ir.serde.deserialize_type_proto_for_shape(info.type)
         elif refine:
-            _refine(value, ir.serde.deserialize_type_proto_for_shape(info.type))
+            _refine(value, ir.serde.deserialize_type_proto_for_shape(info.type), named)
 
 
 def _sort_nodes(graph: onnx.GraphProto) -> None:
@@ -194,12 +198,18 @@ def _forget_negative_dims(model: ir.Model) -> None:
             value.shape = ir.Shape([None if isinstance(d, int) and d < 0 else d for d in shape])
 
 
-def _refine(value: ir.Value, inferred: ir.Shape | None) -> None:
+def _refine(value: ir.Value, inferred: ir.Shape | None, named: set[str] = frozenset()) -> None:
+    """`value`'s symbolic or unknown dims that inference now knows: as numbers, or as a graph input's
+    named dimension ('batch') where the old one is not such a name (an `unk__N` of the first run,
+    or unknown): two values whose batch the first run named apart then read as the same."""
     if inferred is None or len(inferred) != len(value.shape):
         return
-    dims = [
-        new if isinstance(new, int) and not isinstance(old, int) else old
-        for old, new in zip(value.shape, inferred, strict=True)
-    ]
-    if any(not isinstance(old, int) and isinstance(new, int) for old, new in zip(value.shape, dims, strict=True)):
+
+    def better(old, new) -> bool:
+        if isinstance(old, int):
+            return False
+        return isinstance(new, int) or (new.value in named and old.value not in named)
+
+    dims = [new if better(old, new) else old for old, new in zip(value.shape, inferred, strict=True)]
+    if any(d is not old for d, old in zip(dims, value.shape, strict=True)):
         value.shape = ir.Shape(dims)

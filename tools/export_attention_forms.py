@@ -5,7 +5,8 @@
 Each file is one attention form AttentionFusion must fuse exactly or refuse with a reason
 (docs/optimizer.md): multi-query K/V (Falcon, GPTBigCode), a relative position bias beside the mask (MPNet),
 [batch*heads, ...] products (DeBERTa-v2), ALiBi on them (Bloom), ALiBi
-under a masked_fill (MPT), Q/K/V in heads whose heads inference cannot name (TorchScript's partial
+under a masked_fill (MPT; in TorchScript, and in T5's encoder, K's reshape also read by a Transpose outside
+the block), Q/K/V in heads whose heads inference cannot name (TorchScript's partial
 rotary in GPT-NeoX and Phi-3, Gemma's repeated K/V). The sizes are the smallest that keep
 every form (hidden 32, 4 heads of 8, 2 layers, vocab 1000 so tests.oracle.fixture_feeds' ids fit),
 so each file stays near 100-250 KB; weights are seeded random and perturbed off their init, as
@@ -43,6 +44,8 @@ def config(kind: str):
         return t.BloomConfig(hidden_size=32, n_head=4, n_layer=2, vocab_size=1000)
     if kind == "mpt":  # ALiBi [heads, 1, T] added under a masked_fill
         return t.MptConfig(d_model=32, n_heads=4, n_layers=2, vocab_size=1000, max_seq_len=64, expansion_ratio=2)
+    if kind == "t5_encoder":  # relative position bias sized by K's length, read off a second Transpose of K
+        return t.T5Config(d_model=32, d_kv=8, d_ff=64, num_heads=4, num_layers=2, vocab_size=1000)
     if kind == "mpnet":  # a relative position bias added to the scores before the padding mask
         return t.MPNetConfig(**SIZES)
     if kind == "gpt_neox":  # partial rotary: a quarter of each head rotated, the rest passed through
@@ -68,7 +71,10 @@ class _LastHidden(nn.Module):
 @torch.no_grad()
 def build(kind: str) -> nn.Module:
     torch.manual_seed(0)
-    model = transformers.AutoModel.from_config(config(kind)).eval()
+    if kind == "t5_encoder":  # no AutoModel of the encoder alone
+        model = transformers.T5EncoderModel(config(kind)).eval()
+    else:
+        model = transformers.AutoModel.from_config(config(kind)).eval()
     generator = torch.Generator().manual_seed(1)
     for parameter in model.parameters():
         parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.02)
@@ -100,7 +106,7 @@ def export(kind: str, exporter: str, path: Path) -> None:
 
 FORMS = ["falcon_dynamo", "bigcode_torchscript", "mpnet_dynamo", "deberta_v2_dynamo", "deberta_v2_torchscript",
          "bloom_dynamo", "bloom_torchscript", "mpt_dynamo", "gpt_neox_torchscript", "phi3_torchscript",
-         "gemma_torchscript", "falcon_torchscript"]
+         "gemma_torchscript", "falcon_torchscript", "mpt_torchscript", "t5_encoder_torchscript"]
 
 
 def main(argv: list[str]) -> None:

@@ -26,8 +26,14 @@ import onnx_ir as ir
 
 from optimizer.fusions.attention_heads import match_heads, rewrite_heads
 from optimizer.fusions.attention_layout import RULE_NAME
-from optimizer.fusions.attention_packed import match_packed, rewrite_packed, trace_projections
+from optimizer.fusions.attention_packed import (
+    match_packed,
+    rewrite_packed,
+    rewrite_projected,
+    trace_projections,
+)
 from optimizer.fusions.attention_sdpa import match_sdpa
+from optimizer.fusions.attention_shared import keep_shared
 from optimizer.rule import Fail, Match, Rule, fail
 
 
@@ -42,13 +48,14 @@ class AttentionFusion(Rule):
             return sdpa
         paths = trace_projections(sdpa)
         if isinstance(paths, dict):
-            return match_packed(graph, sdpa, paths)
+            packed = match_packed(graph, sdpa, paths)
+            return keep_shared(graph, packed, sdpa.core) if isinstance(packed, Match) else packed
         # Q, K and V may arrive already projected and split into heads, with work between the
         # projection and the product (Llama's rotary embedding and grouped-query K/V repeat).
         role, broken = paths
         heads = match_heads(graph, sdpa)
         if isinstance(heads, Match):
-            return heads
+            return keep_shared(graph, heads, sdpa.core)
         reason = f"{role} projection {broken}"
         if isinstance(heads, Fail):
             reason += f"; as heads for MultiHeadAttention: {heads.reason}"
@@ -57,6 +64,8 @@ class AttentionFusion(Rule):
     def rewrite(self, op: ir.tape.Tape, match: Match):
         if match.captures.get("heads") is not None:
             return rewrite_heads(op, match)
+        if match.captures.get("projected") is not None:
+            return rewrite_projected(op, match)
         return rewrite_packed(op, match)
 
 

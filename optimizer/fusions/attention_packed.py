@@ -44,6 +44,7 @@ from optimizer.fusions.attention_sdpa import (
     fill_bias,
     fill_fails,
     guarded,
+    heads_bias,
     is_key_padding,
     raw_padding_mask,
     scalar_operand,
@@ -217,6 +218,20 @@ def rewrite_packed(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
         shape = unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
         output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
     return [output, *presents]
+
+
+def rewrite_projected(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
+    """MultiHeadAttention over Q, K, V as projected (attention_shared.py: a projection stays in the
+    graph for another reader, and packed Attention would compute it again)."""
+    name = f"{RULE_NAME}/{match.anchor}"
+    bias = heads_bias(op, match, match.x)  # a key-padding mask repeated over the queries of x [B, S, hidden]
+    attributes = {"num_heads": match.num_heads, "scale": float(match.scale)}
+    inputs = [*match.projected] + ([None, None, bias] if bias is not None else [])
+    output = guarded(op, match, op.op("MultiHeadAttention", inputs, attributes, domain=MS, name=name))
+    if match.flat_output:
+        shape = unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
+        output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
+    return [output]
 
 
 def _bias_in_heads(op: ir.tape.Tape, match: Match) -> ir.Value:

@@ -45,6 +45,14 @@ PINNED = {
     # ALiBi [heads, 1, T] (a slice of a buffer by the sequence length) added under a finfo.min
     # masked_fill, which absorbs it where it masks: it joins attention_bias, repeated over the queries
     "mpt_dynamo.onnx": {"com.microsoft.Attention": 2, "com.microsoft.SkipLayerNormalization": 4},
+    # the same in TorchScript, whose K reshape also feeds a second Transpose that only sizes the ALiBi
+    # slice (and T5's first layer's, sizing its position bias): that reshape and what it is computed
+    # from stay in the graph for that reader (attention_shared.py), the projection among them, so
+    # the block is MultiHeadAttention over Q, K, V as projected rather than Attention projecting again
+    "mpt_torchscript.onnx": {"com.microsoft.Gelu": 2, "com.microsoft.MultiHeadAttention": 2},
+    "t5_encoder_torchscript.onnx": {"Reshape": 1, "SimplifiedLayerNormalization": 1, "com.microsoft.Attention": 1,
+                                    "com.microsoft.MultiHeadAttention": 1,
+                                    "com.microsoft.SkipSimplifiedLayerNormalization": 4},
     # Q and K in heads after TorchScript's partial rotary (the rotated slice of each head concatenated
     # with the rest), whose heads and head size inference cannot name: read by evaluating the chain
     # at both probe sizes. GPT-NeoX's K/V have every head (MultiHeadAttention); Phi-3's two K/V heads
@@ -77,6 +85,17 @@ def test_multi_query_attention_reads_its_one_key_value_head(name):
     assert [(n.attributes["num_heads"].value, n.attributes["kv_num_heads"].value) for n in gqa] == [(4, 1)] * 2
     assert [n.attributes["scale"].value for n in gqa] == pytest.approx([8 ** -0.5] * 2)  # head size 8
     assert not any(node.op_type == "Softmax" or node.name.endswith(("/key_heads", "/value_heads")) for node in fused.graph)
+
+
+@pytest.mark.parametrize("name", ["mpt_torchscript.onnx", "t5_encoder_torchscript.onnx"])
+def test_k_reshape_another_reader_needs_stays_for_it(name):
+    fused = optimize(onnx.load(FORMS / name), "extended")
+    assert not [m for m in fused.report.near_misses if m.rule == "AttentionFusion" and m.step != "anchor"]
+    kept = [n for n in fused.model.graph if n.name.endswith("/Reshape_1") and "att" in n.name.lower()]
+    assert kept and all(n.outputs[0].uses() for n in kept)
+    # no projection computed twice: every MatMul left is read, and none by a packed Attention's weight
+    mha = [n for n in fused.model.graph if n.op_type == "MultiHeadAttention"]
+    assert mha and all(v.producer().op_type in ("MatMul", "Slice") for n in mha for v in n.inputs[:3])
 
 
 def test_every_attention_form_file_is_pinned():

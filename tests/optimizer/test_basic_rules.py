@@ -72,6 +72,45 @@ def test_identity_from_graph_input_to_graph_output_is_kept():
     _assert_same_numerics(model, result)
 
 
+# --- CastElimination ------------------------------------------------------------------------
+
+
+def _casts(x_type: int, to: int, cast_input: bool = False) -> onnx.ModelProto:
+    """x -> Neg -> Cast(to) -> Add(itself): the Cast reads a node output (or x itself). An int64 x is
+    named input_ids, which tests.oracle.fixture_feeds knows how to fill."""
+    x = "input_ids" if x_type == TensorProto.INT64 else "x"
+    head = [] if cast_input else [helper.make_node("Neg", [x], ["n"], name="/Neg")]
+    nodes = [*head, helper.make_node("Cast", [x if cast_input else "n"], ["c"], name="/Cast", to=to),
+             helper.make_node("Add", ["c", "c"], ["y"], name="/Add")]
+    graph = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info(x, x_type, [2, 3])],
+                              [helper.make_tensor_value_info("y", to, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("x_type", [TensorProto.FLOAT, TensorProto.INT64])
+def test_cast_to_the_type_it_has_is_removed(x_type):
+    model = _casts(x_type, x_type)
+    result = _basic(model)
+    assert _fired(result, "CastElimination") == 1
+    assert result.report.ops_after == {"Add": 1, "Neg": 1}
+    _assert_same_numerics(model, result)
+
+
+def test_cast_that_converts_is_kept_and_says_so():
+    model = _casts(TensorProto.FLOAT, TensorProto.INT64)
+    result = _basic(model)
+    assert _fired(result, "CastElimination") == 0
+    assert _misses(result, "CastElimination") == ["CastElimination at /Cast: it converts FLOAT to INT64"]
+
+
+def test_cast_of_a_graph_input_is_kept():
+    result = _basic(_casts(TensorProto.FLOAT, TensorProto.FLOAT, cast_input=True))
+    assert _fired(result, "CastElimination") == 0
+    assert _misses(result, "CastElimination") == [
+        "CastElimination at /Cast: kept: its input 'x' is a graph input, which the Cast's output cannot replace"
+    ]
+
+
 # --- EliminateDropout ---------------------------------------------------------------------------
 
 
@@ -486,11 +525,14 @@ FIXTURE_COUNTS = {
     "bert_dynamo_opset20.onnx": (120, 120, {}),
     "bert_pinned_dynamo_opset20.onnx": (120, 96, {"ConstantFolding": 24, "ReshapeFusion": 4, "MatMulAddFusion": 12}),
     "bert_static_dynamo_opset20.onnx": (84, 96, {"MatMulAddFusion": 12}),
-    "bert_static_torchscript_opset14.onnx": (197, 146, {"ConstantFolding": 63, "MatMulAddFusion": 12}),
-    "bert_eager_torchscript_opset14.onnx": (286, 174, {"ConstantFolding": 91, "CommonSubexpressionElimination": 3, "ReshapeFusion": 6}),
-    "bert_torchscript_opset14.onnx": (335, 203, {"ConstantFolding": 111, "CommonSubexpressionElimination": 3, "ReshapeFusion": 6}),
+    "bert_static_torchscript_opset14.onnx": (197, 145, {"CastElimination": 2, "ConstantFolding": 62, "MatMulAddFusion": 12}),
+    "bert_eager_torchscript_opset14.onnx": (286, 169, {"CastElimination": 5, "ConstantFolding": 91,
+                                                       "CommonSubexpressionElimination": 3, "ReshapeFusion": 6}),
+    "bert_torchscript_opset14.onnx": (335, 198, {"CastElimination": 5, "ConstantFolding": 111,
+                                                 "CommonSubexpressionElimination": 3, "ReshapeFusion": 6}),
     "gpt2_dynamo_opset20.onnx": (137, 137, {}),
-    "gpt2_torchscript_opset14.onnx": (577, 289, {"ConstantFolding": 220, "CommonSubexpressionElimination": 24, "ReshapeFusion": 9}),
+    "gpt2_torchscript_opset14.onnx": (577, 283, {"CastElimination": 6, "ConstantFolding": 220,
+                                                 "CommonSubexpressionElimination": 24, "ReshapeFusion": 9}),
     "resnet_tiny_opset17.onnx": (20, 20, {}),
 }
 

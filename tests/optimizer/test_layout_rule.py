@@ -183,6 +183,30 @@ def test_residual_add_and_relu_become_z_and_activation():
     assert_layout_matches_reference(m, {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)})
 
 
+def test_residual_after_folded_padding_with_a_symbolic_batch_becomes_z():
+    # TorchScript's TF-style "same" padding (MobileNetV2): pads computed by a chain onnx's inference
+    # does not evaluate (Transpose, Reshape of constants), so the first inference names no size after
+    # the Pad, nor its batch as the input's. Folded, with only the batch symbolic, a second inference
+    # names them, which the residual's same-shape check needs.
+    halves = numpy_helper.from_array(np.array([[0, 0], [0, 0], [1, 1], [1, 1]], np.int64), "halves")
+    flat = numpy_helper.from_array(np.array([-1], np.int64), "flat")
+    begin_end = helper.make_node("Transpose", ["halves"], ["begin_end"], name="begin_end", perm=[1, 0])
+    pads = helper.make_node("Reshape", ["begin_end", "flat"], ["pads"], name="pads")
+    pad = helper.make_node("Pad", ["x", "pads"], ["padded"], name="pad")
+    c0, i0 = conv("c0", "padded", "a", 4, 4)
+    c0.attribute[0].CopyFrom(helper.make_attribute("pads", [0, 0, 0, 0]))  # the Pad's instead
+    c1, i1 = conv("c1", "a", "b", 4, 4)
+    relu = helper.make_node("Relu", ["x"], ["r"], name="relu_in")
+    add = helper.make_node("Add", ["b", "r"], ["s"], name="add")
+    batch_image = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8, 8])
+    m = model([begin_end, pads, pad, relu, c0, c1, add], i0 + i1 + [halves, flat], [batch_image],
+              [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)])
+    result = optimize(m, level="layout")
+    fused = [n for n in result.model.graph if n.op_type == "NhwcFusedConv" and len(n.inputs) == 4]
+    assert len(fused) == 1 and "Add" not in result.report.ops_after
+    assert_layout_matches_reference(m, {"x": rng.standard_normal((2, 4, 8, 8)).astype(np.float32)})
+
+
 def test_intermediate_graph_output_is_transposed_back_too():
     c0, i0 = conv("c0", "x", "a", 3, 4)
     c1, i1 = conv("c1", "a", "y", 4, 4)

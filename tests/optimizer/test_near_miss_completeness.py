@@ -52,6 +52,7 @@ def _ints(name, values):
 NEGATIVES = {
     "EliminateIdentity": lambda: _single("Identity", ["x"]),
     "EliminateDropout": lambda: _single("Dropout", ["x"]),
+    "CastElimination": lambda: _single("Cast", ["x"], to=TensorProto.INT64),
     "EliminateSlice": lambda: _single("Slice", ["x", "s", "e"], initializers=[_ints("s", [1]), _ints("e", [3])]),
     "UnsqueezeElimination": lambda: _single("Unsqueeze", ["x", "axes"], initializers=[_ints("axes", [0])]),
     "ReshapeFusion": lambda: _single("Reshape", ["x", "shape"], initializers=[_ints("shape", [8, 16])]),
