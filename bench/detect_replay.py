@@ -47,6 +47,7 @@ class Posted:
 class Suspicion:
     commit_id: int
     result: Posted
+    change_pct: float  # the suspected job's change (Alert.change_pct)
     confirmed_by: int | None = None
 
     @property
@@ -136,7 +137,7 @@ class SeriesReplay:
         verdict = self.decide(result, ancestry)
         if verdict is None or not verdict.regressed:
             return False
-        self.alerts[result.commit_id] = Suspicion(result.commit_id, result)
+        self.alerts[result.commit_id] = Suspicion(result.commit_id, result, verdict.change_pct)
         return True
 
 

@@ -45,6 +45,15 @@ Per-commit performance alerts are abandoned when they cry wolf, so a regression 
 - too few: with fewer than `min_noise_jobs` measured ancestors the series' noise is not known, so no
   verdict is given (a second commit's job 10% off the first says nothing on a series that wobbles by 5%).
 
+- too common to tell: the jobs that would confirm a suspicion (the suspected one, its re-measurements,
+  the next commit's) are each at least so much slower than the window, and the series' own history
+  has had jobs that slow often enough that so many of them would come without any change more often
+  than `null_budget` (1 in 1,000: issue 29's false-alarm target; `null_chance`). A shared machine's slow
+  moments can be a mode of their own, every tenth job 30–50% slow, which a spread or a 95th percentile
+  does not bound; counting them does. The alert then asks for another re-measurement while it may,
+  and stays suspected ("inconclusive") when it may not: the unpaired path cannot tell such a step from
+  the machine, the paired path (service/domain/paired.py) can.
+
 - when the optimized graph's hash and the engine version are both unchanged, nothing in the code
   moved: the bar is `same_code_factor` times higher, and persistence (the confirmation in
   `timing_alerts.py`) still has to follow.
@@ -108,6 +117,7 @@ class TimingPolicy:
     tail_k: float = 1.3  # the effect must beat this many times that tail (see above)
     tail_neighbours: int = 5  # a job's excess is over the median of it and this many jobs either side
     min_tail_jobs: int = 20  # fewer measured ancestors: the tail is not estimated, the noise alone sets the bar
+    null_budget: float = 0.001  # a confirmation this likely from the series' own history alone is inconclusive (see above)
 
 
 DEFAULT_POLICY = TimingPolicy()
@@ -193,6 +203,37 @@ def decide(
         f"and rank-test p < {policy.alpha:g} (p = {p_value:.2g}){discounted}"
     )
     return TimingVerdict(regressed, level, after, change, p_value, bar, noise, discount, code_changed, why)
+
+
+def null_chance(history: Sequence[Job], changes_pct: Sequence[float], policy: TimingPolicy = DEFAULT_POLICY,
+                replaced: Sequence[float] = ()) -> float:
+    """How likely the series, with nothing changed, is to give as many jobs as `changes_pct` each at least
+    the smallest of those changes slow, judged by its own history: per job (k + ½) / (n + 1), k of its n
+    jobs whose excess over their neighbours (`stats.excess_over_neighbours`) reached it, and the jobs
+    taken as independent draws. Every job counts, slow canary or not: the question is how often this
+    machine made this series that slow. `replaced`: the changes of jobs the history no longer holds,
+    suspected jobs whose commit's re-measurement took their place (the slow jobs, so the history alone
+    would undercount exactly them)."""
+    if not len(changes_pct):
+        return 1.0
+    least = min(changes_pct)
+    levels = _levels(history, policy)
+    # The nearest jobs' neighbourhoods are mirrored, and a step that began a commit or two before the
+    # alerted one would read as their slowness: they are left out.
+    excess = excess_over_neighbours(levels, policy.tail_neighbours)[policy.tail_neighbours:] if len(levels) else levels
+    slow = int(np.sum(excess * 100 >= least)) + sum(change >= least for change in replaced)
+    return ((slow + 0.5) / (len(excess) + len(replaced) + 1)) ** len(changes_pct)
+
+
+def changes(jobs: Sequence[Job], before_ms: float, policy: TimingPolicy = DEFAULT_POLICY) -> list[float]:
+    """Each job's level against `before_ms`, in percent."""
+    return [(level / before_ms - 1) * 100 for level in _levels(jobs, policy)] if before_ms > 0 else []
+
+
+def too_common(history: Sequence[Job], changes_pct: Sequence[float], policy: TimingPolicy = DEFAULT_POLICY,
+               replaced: Sequence[float] = ()) -> bool:
+    """Would the series' history alone give these jobs more often than `policy.null_budget`?"""
+    return null_chance(history, changes_pct, policy, replaced) > policy.null_budget
 
 
 def student(k: float, df: int) -> float:

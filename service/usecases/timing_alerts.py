@@ -249,6 +249,8 @@ def confirmation(alerted, ancestry: list, alerts: dict, remeasured: list, later:
     verdict = timing.decide([as_job(r) for r in (*remeasured, *later)], jobs, threshold_pct, changed, policy, history)
     if verdict is None or not timing.agree(first, verdict, policy):
         return None
+    if _too_common(screened, [as_job(r) for r in (alerted, *remeasured, *later)], ancestry, alerts, policy):
+        return None
     if remeasured and later:
         again = timing.decide([as_job(r) for r in remeasured], jobs, threshold_pct, changed, policy, history)
         after = timing.decide([as_job(r) for r in later], jobs, threshold_pct, changed, policy, history)
@@ -271,7 +273,27 @@ def measure_again(alerted, ancestry: list, alerts: dict, remeasured: list, thres
         return None
     again = timing.decide([as_job(r) for r in remeasured], [as_job(r) for r in screened.window], threshold_pct,
                           screened.changed, policy, screened.history)
-    return again if again is not None and not again.regressed and timing.at_the_new_level(again, screened.verdict) else None
+    if again is None:
+        return None
+    if not again.regressed:
+        return again if timing.at_the_new_level(again, screened.verdict) else None
+    # Past the bar, but jobs this slow are too common in the series' history to confirm on so few.
+    common = timing.agree(screened.verdict, again, policy) and _too_common(
+        screened, [as_job(r) for r in (alerted, *remeasured)], ancestry, alerts, policy)
+    return again if common else None
+
+
+def _too_common(screened: Screened, jobs: list[timing.Job], ancestry: list, alerts: dict,
+                policy: timing.TimingPolicy) -> bool:
+    """Would the series' history alone give these jobs (the alerted one and those confirming it), each as
+    slow as it is against the window, more often than the policy's budget (`timing.too_common`)? The
+    history's commits whose alert was suspected and never confirmed hold their re-measurement; the
+    suspected job's own change is counted beside it."""
+    replaced = [alert.change_pct for r in ancestry
+                if (alert := alerts.get(r.commit_id)) is not None and alert.state == "suspected"
+                and alert.change_pct is not None]
+    return timing.too_common(screened.history, timing.changes(jobs, screened.verdict.before_ms, policy), policy,
+                             replaced)
 
 
 @dataclass(frozen=True)
@@ -299,8 +321,12 @@ def _measure_again(alert: Alert, result: Result, alerts: dict[int, Alert], thres
     verdict = measure_again(since.alerted, since.ancestry, alerts, [*since.remeasured, result], threshold_pct, policy)
     if verdict is None:
         return []
-    alert.message += (f". Re-measured {len(since.remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, nearer this "
-                      "level than the window's but not past the bar, so measured once more")
+    if verdict.regressed:
+        alert.message += (f". Re-measured {len(since.remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, past the bar, "
+                          "but this series has had jobs that slow too often to confirm on so few, so measured once more")
+    else:
+        alert.message += (f". Re-measured {len(since.remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, nearer this "
+                          "level than the window's but not past the bar, so measured once more")
     return [alert]
 
 

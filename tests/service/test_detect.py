@@ -309,12 +309,14 @@ def _post(client, sha, parents, level, i=0, canary=2.0, graph_hash=None, engine_
 
 @pytest.fixture
 def history(client):
-    """A project with a hook and ten quiet commits c0..c9."""
+    """A project with a hook and 25 quiet commits b0..b14, c0..c9: enough history that two jobs as slow as
+    none of its 25 confirm a step (`timing.null_chance`; a younger series needs a third)."""
     client.post("/api/v1/projects", json={"name": "engine", "settings": {"timing_threshold_pct": 5}}).raise_for_status()
     with Receiver() as receiver:
         client.post("/api/v1/projects/engine/hooks", json={"url": receiver.url}).raise_for_status()
-        for i in range(10):
-            assert _post(client, f"c{i}", [f"c{i - 1}"] if i else [], 1.0, i)["alerts"] == []
+        shas = [f"b{i}" for i in range(15)] + [f"c{i}" for i in range(10)]
+        for i, sha in enumerate(shas):
+            assert _post(client, sha, [shas[i - 1]] if i else [], 1.0, i)["alerts"] == []
         yield receiver
 
 
@@ -563,3 +565,22 @@ def test_every_measurement_carries_its_canary():
     model = Path(__file__).resolve().parents[1] / "models" / "resnet_tiny_opset17.onnx"
     measured = measure(model, "onnxruntime", "basic", Protocol(runs=2, warmup=1))
     assert measured.canary_ms is not None and measured.canary_ms > 0
+
+
+def test_a_confirmation_too_common_in_the_series_own_history_is_refused():
+    quiet = [job(1.0, i) for i in range(30)]  # nearest first; the nearest five are not counted
+    assert timing.null_chance(quiet, [40.0, 40.0]) == pytest.approx((0.5 / 26) ** 2)
+    assert not timing.too_common(quiet, [40.0, 40.0])
+    # Every tenth job 50% slow (a shared machine's slow mode: 3 of the 25 counted): two jobs 40% slow are
+    # too common, three are not ((3.5 / 26)³ = 2.4e-3 ... no: still too common), four are.
+    bimodal = [job(1.5 if i % 10 == 7 else 1.0, i) for i in range(30)]
+    assert timing.null_chance(bimodal, [40.0, 40.0]) == pytest.approx((3.5 / 26) ** 2)
+    assert timing.too_common(bimodal, [40.0, 38.0]) and timing.too_common(bimodal, [40.0] * 3)
+    assert not timing.too_common(bimodal, [40.0] * 4)
+    # A step smaller than the slow mode is counted against the jobs at least that slow.
+    assert timing.null_chance(bimodal, [20.0, 20.0]) == timing.null_chance(bimodal, [40.0, 40.0])
+    # The suspected jobs the history no longer holds (their re-measurements took their commits) count.
+    assert timing.too_common(quiet, [40.0, 40.0], replaced=[45.0, 50.0])
+    # A step that began a commit before the alerted one is not the series' slowness.
+    stepped = [job(1.3, 0), job(1.3, 1)] + quiet[2:]
+    assert timing.null_chance(stepped, [30.0, 30.0]) == timing.null_chance(quiet, [30.0, 30.0])

@@ -21,11 +21,13 @@ SETTINGS = {
 }
 # The window's jobs: a tenth of the first real job's time, each moved by up to ±20%: the window has noise
 # of its own (the bar and the agreement both follow it), and the real job and its re-measurement clear
-# the bar and agree however busy the test machine is (real jobs here vary up to 2× under load). Ten of
+# the bar and agree however busy the test machine is (real jobs here vary up to 2× under load). Twenty of
 # them, so that the series' noise (stats.successive_mean_spread, which leaves out the largest tenth of
-# the successive differences) leaves out the drop from the first real job to them; with eight it read
-# that drop as noise, and the bar then depended on how the machine's load moved the two real jobs.
-WINDOW_FACTORS = [0.1 * (1 + 0.2 * ((i * 7) % 5 - 2) / 2) for i in range(10)]
+# the successive differences) leaves out the drop from the first real job to them (with eight it read
+# that drop as noise, and the bar then depended on how the machine's load moved the two real jobs), and
+# so that the first real job, as slow as the step, is one of 16 jobs the null chance counts
+# (timing.null_chance): the step is confirmed on three jobs, the suspected one and two re-measurements.
+WINDOW_FACTORS = [0.1 * (1 + 0.2 * ((i * 7) % 5 - 2) / 2) for i in range(20)]
 
 
 def _ci_commit(client, sha, parents):
@@ -46,7 +48,7 @@ def test_a_suspected_timing_alert_of_a_job_is_re_measured_and_confirmed(client):
         measured = dict(engine=real.engine, engine_version=real.engine_version, level=real.level,
                         fusions=real.fusions, graph_hash=real.graph_hash, threads=real.threads, inputs=real.inputs)
         samples, canary = list(real.execute_ms), real.canary_ms
-    # Commits a1..a10 were measured elsewhere, ten times as fast, with a slower canary (so the real job's
+    # Commits a1..a20 were measured elsewhere, ten times as fast, with a slower canary (so the real job's
     # canary never marks it as a slow moment): the next real job is a step of several hundred percent.
     for i, factor in enumerate(WINDOW_FACTORS, start=1):
         reply = client.post("/api/v1/results", json={
@@ -56,17 +58,19 @@ def test_a_suspected_timing_alert_of_a_job_is_re_measured_and_confirmed(client):
                          "canary_ms": canary * 10}],
         })
         assert reply.status_code == 201, reply.text
-    run = _ci_commit(client, "a11", ["a10"])
+    run = _ci_commit(client, "a21", ["a20"])
     assert drain(client, limit=1) == 1  # the commit's job: suspected, its re-measurement queued
     [suspected] = client.get("/api/v1/alerts", params={"project": "p", "kind": "timing-regression"}).json()["items"]
     assert suspected["state"] == "suspected"
     waiting = client.get(run["run_url"]).json()
     assert (waiting["state"], waiting["jobs_done"], waiting["jobs_total"]) == ("running", 1, 1)  # a CI step waits on
-    assert drain(client) == 1  # the re-measurement
+    # The first re-measurement is past the bar, but one of the series' 16 counted jobs was that slow (its
+    # first): two say too little, and it asks for one more, which confirms it.
+    assert drain(client) == 2
     alerts = client.get("/api/v1/alerts", params={"project": "p", "kind": "timing-regression"}).json()["items"]
     [alert] = alerts
-    assert (alert["commit"], alert["state"], alert["confirmed_by"]) == ("a11", "confirmed", "a11"), alert["message"]
-    assert "Confirmed by a re-measurement" in alert["message"]
+    assert (alert["commit"], alert["state"], alert["confirmed_by"]) == ("a21", "confirmed", "a21"), alert["message"]
+    assert "so measured once more. Confirmed by a re-measurement" in alert["message"]
     settled = client.get(run["run_url"]).json()
     assert (settled["state"], settled["verdict"]) == ("done", "regression")  # the alert belongs to the commit's run
     with services.session_factory() as session:
@@ -74,7 +78,7 @@ def test_a_suspected_timing_alert_of_a_job_is_re_measured_and_confirmed(client):
         remeasure = session.scalar(select(Job).join(Run, Run.id == Job.run_id).where(Run.trigger == "remeasure"))
         assert (remeasure.engine, remeasure.level, remeasure.state) == ("fusionwatch", "disabled", "done")
         assert session.scalar(select(Run).where(Run.id == remeasure.run_id)).state == "done"
-    assert triggers.count("remeasure") == 1 and triggers[-1] == "remeasure"
+    assert triggers.count("remeasure") == 2 and triggers[-1] == "remeasure"
 
 
 def test_run_server_re_measures_a_suspected_timing_alert_and_prints_it_confirmed(tmp_path):
@@ -101,7 +105,7 @@ def test_run_server_re_measures_a_suspected_timing_alert_and_prints_it_confirmed
                 "project": "engine", "commit": {"sha": f"e{i}", "parents": [f"e{i - 1}"]},
                 "machine": {"machine_class": "cpu"}, "results": [faster],
             }).raise_for_status()
-        reply = run(base, "e11", "--parent", "e10")
+        reply = run(base, "e21", "--parent", "e20")
     [alert] = [a for a in reply["alerts"] if a["kind"] == "timing-regression"]
-    assert (alert["commit"], alert["state"], alert["confirmed_by"]) == ("e11", "confirmed", "e11"), alert["message"]
+    assert (alert["commit"], alert["state"], alert["confirmed_by"]) == ("e21", "confirmed", "e21"), alert["message"]
     assert "Confirmed by a re-measurement" in alert["message"]
