@@ -2,7 +2,8 @@
 `service.adapters.paired_measure.measure_paired` times them, on this machine, now.
 
 Each job opens two sessions of ONE model file with the engine's `open_timer` (same engine, level,
-feeds and threads, as a worker pairs a baseline with its candidate), warms both up, sizes its blocks
+feeds and threads, as a worker pairs a baseline with its candidate), settles both as the worker does
+(`paired_measure.settle`: warm-up runs, then runs filling two blocks' time), sizes its blocks
 with `paired.runs_per_block`, and times a fixed number of pairs of blocks in `paired.pair_order`
 (A B, B A, A B, …), each block's level its fastest run. Nothing changed between A and B, so every
 ratio away from 1 is noise: two sessions' memory placement, a slow moment landing on one block, a
@@ -38,7 +39,7 @@ from service.adapters.canary import time_canary
 from service.adapters.engines import engine_named
 from service.adapters.engines.feeds import make_feeds
 from service.adapters.machine import describe_machine
-from service.adapters.paired_measure import policy_for
+from service.adapters.paired_measure import policy_for, settle
 from service.domain import paired
 from service.domain.protocol import Protocol
 
@@ -63,8 +64,9 @@ def capture_job(path: Path, engine: str, level: str, protocol: Protocol, pairs: 
     opened = time.perf_counter()
     feeds = make_feeds(check_model_file(path), protocol.sequence_length)
     sides = {side: runner.open_timer(path, level, feeds, threads=protocol.threads) for side in ("A", "B")}
-    first = {side: min(timer() for _ in range(max(1, protocol.warmup))) for side, timer in sides.items()}
-    runs = paired.runs_per_block(max(first.values()) / 1000, policy)  # as measure_paired sizes them
+    blocks = {side: (lambda k, timer=timer: min(timer() for _ in range(k))) for side, timer in sides.items()}
+    settled = {side: settle(block, max(1, protocol.warmup), policy) for side, block in blocks.items()}
+    runs = paired.runs_per_block(max(settled.values()) / 1000, policy)  # as measure_paired sizes them
     open_s = time.perf_counter() - opened
     levels = np.zeros((pairs, 2))
     seconds = np.zeros((pairs, 2))
