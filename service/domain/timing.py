@@ -50,7 +50,8 @@ Per-commit performance alerts are abandoned when they cry wolf, so a regression 
   has had jobs that slow often enough that so many of them would come without any change more often
   than `null_budget` (1 in 1,000: issue 29's false-alarm target; `null_chance`). A shared machine's slow
   moments can be a mode of their own, every tenth job 30–50% slow, which a spread or a 95th percentile
-  does not bound; counting them does. The alert then asks for another re-measurement while it may,
+  does not bound; counting them does (from 20 measured ancestors on, as the slow tail). The alert then
+  asks for another re-measurement while it may,
   and stays suspected ("inconclusive") when it may not: the unpaired path cannot tell such a step from
   the machine, the paired path (service/domain/paired.py) can.
 
@@ -213,11 +214,13 @@ def null_chance(history: Sequence[Job], changes_pct: Sequence[float], policy: Ti
     taken as independent draws. Every job counts, slow canary or not: the question is how often this
     machine made this series that slow. `replaced`: the changes of jobs the history no longer holds,
     suspected jobs whose commit's re-measurement took their place (the slow jobs, so the history alone
-    would undercount exactly them)."""
-    if not len(changes_pct):
-        return 1.0
-    least = min(changes_pct)
+    would undercount exactly them). From `min_tail_jobs` measured jobs on, as the slow tail: before,
+    a handful of jobs cannot say how common slow ones are, and the noise's Student's t bar stands alone
+    (0: never too common)."""
     levels = _levels(history, policy)
+    if not len(changes_pct) or len(levels) < policy.min_tail_jobs:
+        return 0.0 if len(changes_pct) else 1.0  # too few jobs to say how common slow ones are, as for the tail
+    least = min(changes_pct)
     # The nearest jobs' neighbourhoods are mirrored, and a step that began a commit or two before the
     # alerted one would read as their slowness: they are left out.
     excess = excess_over_neighbours(levels, policy.tail_neighbours)[policy.tail_neighbours:] if len(levels) else levels

@@ -288,8 +288,9 @@ def _too_common(screened: Screened, jobs: list[timing.Job], ancestry: list, aler
     """Would the series' history alone give these jobs (the alerted one and those confirming it), each as
     slow as it is against the window, more often than the policy's budget (`timing.too_common`)? The
     history's commits whose alert was suspected and never confirmed hold their re-measurement; the
-    suspected job's own change is counted beside it."""
-    replaced = [alert.change_pct for r in ancestry
+    suspected job's own change is counted beside it, but for the nearest commits' (a step that began
+    there leaves a suspicion at each of its first commits: they are the step, not the machine)."""
+    replaced = [alert.change_pct for r in ancestry[policy.tail_neighbours:]
                 if (alert := alerts.get(r.commit_id)) is not None and alert.state == "suspected"
                 and alert.change_pct is not None]
     return timing.too_common(screened.history, timing.changes(jobs, screened.verdict.before_ms, policy), policy,

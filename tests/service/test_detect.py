@@ -584,3 +584,8 @@ def test_a_confirmation_too_common_in_the_series_own_history_is_refused():
     # A step that began a commit before the alerted one is not the series' slowness.
     stepped = [job(1.3, 0), job(1.3, 1)] + quiet[2:]
     assert timing.null_chance(stepped, [30.0, 30.0]) == timing.null_chance(quiet, [30.0, 30.0])
+
+
+def test_a_young_series_has_no_null_chance_and_its_own_steps_suspicions_are_not_its_slowness():
+    young = [job(1.0, i) for i in range(19)]  # fewer than min_tail_jobs: the history cannot say
+    assert timing.null_chance(young, [40.0, 40.0]) == 0.0 and not timing.too_common(young, [40.0, 40.0])

@@ -64,13 +64,16 @@ def test_a_suspected_timing_alert_of_a_job_is_re_measured_and_confirmed(client):
     assert suspected["state"] == "suspected"
     waiting = client.get(run["run_url"]).json()
     assert (waiting["state"], waiting["jobs_done"], waiting["jobs_total"]) == ("running", 1, 1)  # a CI step waits on
-    # The first re-measurement is past the bar, but one of the series' 16 counted jobs was that slow (its
-    # first): two say too little, and it asks for one more, which confirms it.
-    assert drain(client) == 2
+    # The first re-measurement is past the bar. The series' first job was about as slow as the step: when
+    # the step's jobs come out no slower than it, it is one of the 16 jobs the null chance counts, two
+    # jobs say too little, and the first re-measurement asks for one more (how the machine's load moved
+    # the real jobs decides which; timing.null_chance's own tests pin both).
+    remeasured = drain(client)
+    assert remeasured in (1, 2)
     alerts = client.get("/api/v1/alerts", params={"project": "p", "kind": "timing-regression"}).json()["items"]
     [alert] = alerts
     assert (alert["commit"], alert["state"], alert["confirmed_by"]) == ("a21", "confirmed", "a21"), alert["message"]
-    assert "so measured once more. Confirmed by a re-measurement" in alert["message"]
+    assert "Confirmed by a re-measurement" in alert["message"]
     settled = client.get(run["run_url"]).json()
     assert (settled["state"], settled["verdict"]) == ("done", "regression")  # the alert belongs to the commit's run
     with services.session_factory() as session:
@@ -78,7 +81,7 @@ def test_a_suspected_timing_alert_of_a_job_is_re_measured_and_confirmed(client):
         remeasure = session.scalar(select(Job).join(Run, Run.id == Job.run_id).where(Run.trigger == "remeasure"))
         assert (remeasure.engine, remeasure.level, remeasure.state) == ("fusionwatch", "disabled", "done")
         assert session.scalar(select(Run).where(Run.id == remeasure.run_id)).state == "done"
-    assert triggers.count("remeasure") == 2 and triggers[-1] == "remeasure"
+    assert triggers.count("remeasure") == remeasured and triggers[-1] == "remeasure"
 
 
 def test_run_server_re_measures_a_suspected_timing_alert_and_prints_it_confirmed(tmp_path):
