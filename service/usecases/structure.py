@@ -2,8 +2,9 @@
 
 The baseline's optimized graph names the place: a fused node's inputs (the values it read, say the
 MatMul's output and the bias) and the nodes that read its output (the next MatMul). Exports of one
-model keep those names, so the same boundary is found in both unoptimized graphs, and the nodes
-between it are the subgraph the baseline fused and the one this commit has instead. Each is said as
+model by one exporter keep those names, so the same boundary is found in both unoptimized graphs, and
+the nodes between it are the subgraph the baseline fused and the one this commit has instead; an
+export by another exporter keeps only the parameters' names, and the place is found from the bias. Each is said as
 a chain of ops with their constant operands ("Div(√2) → Erf → Add(1) → Mul → Mul(0.5)"), and the
 first step where the two part is named. The same cut is the reproduction model (repro.py).
 """
@@ -45,6 +46,7 @@ class Place:
     consumer: str | None  # a node reading its output, by name, and at which input
     consumer_input: int
     output: str
+    consumer_op: str | None = None  # that node's op type ("MatMul")
 
 
 def places_of(optimized: onnx.ModelProto, op_key: str) -> list[Place]:
@@ -61,12 +63,69 @@ def places_of(optimized: onnx.ModelProto, op_key: str) -> list[Place]:
         output = node.output[0]
         consumer = next(((r, i) for r, i in readers.get(output, []) if r.name), None)
         found.append(Place(node.name, [n for n in node.input if n], consumer[0].name if consumer else None,
-                           consumer[1] if consumer else 0, output))
+                           consumer[1] if consumer else 0, output, consumer[0].op_type if consumer else None))
     return found
 
 
 def region_at(model: onnx.ModelProto, place: Place) -> Region | None:
-    """The unoptimized subgraph of `model` standing at `place`, or None where the boundary is not there."""
+    """The unoptimized subgraph of `model` standing at `place`, or None where the boundary is not there:
+    found by the names of its values and consumer, else (another exporter's names) by its parameter's."""
+    found = _region_by_names(model, place)
+    return found if found is not None else _region_by_parameter(model, place)
+
+
+def _region_by_parameter(model: onnx.ModelProto, place: Place) -> Region | None:
+    """Another exporter names values and nodes its own way but keeps the model's parameter names
+    ("…intermediate.dense.bias"): the region starts at a node reading the parameter the fused node read,
+    and runs forward to the values read by a node of the baseline consumer's op (the next MatMul). It
+    must be closed: its nodes read only its own values, its one data input and constants. Exporters
+    share equal parameters (a freshly initialized model's zero biases) among places: then every place
+    the parameter starts must read alike, and one stands for them."""
+    graph = model.graph
+    constants = {init.name for init in graph.initializer}
+    shared = [name for name in place.inputs if name in constants]
+    if place.consumer_op is None or not shared:
+        return None
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    producers = {out: node for node in graph.node for out in node.output}
+    found = [_forward_region(graph, start, place.consumer_op, readers, producers, constants)
+             for start in readers.get(shared[0], [])]
+    if not found or any(region is None for region in found) or len({r.words for r in found}) != 1:
+        return None
+    return found[0]
+
+
+def _forward_region(graph: onnx.GraphProto, start: onnx.NodeProto, stop_op: str, readers: dict, producers: dict,
+                    constants: set[str]) -> Region | None:
+    data = [n for n in start.input if n and n not in constants]
+    if len(data) != 1:
+        return None
+    chosen: dict[int, onnx.NodeProto] = {id(start): start}
+    pending, ends = list(start.output), set()
+    while pending:
+        value = pending.pop()
+        for reader in readers.get(value, []):
+            if reader.op_type == stop_op:
+                ends.add(value)
+            elif id(reader) not in chosen:
+                chosen[id(reader)] = reader
+                if len(chosen) > MAX_REGION_NODES:
+                    return None
+                pending.extend(reader.output)
+    nodes = [n for n in graph.node if id(n) in chosen]
+    known = {out for node in nodes for out in node.output} | constants | set(data)
+    outside = [name for node in nodes for name in node.input
+               if name and name not in known and getattr(producers.get(name), "op_type", None) != "Constant"]
+    if len(ends) != 1 or outside:
+        return None
+    return Region(nodes, data, ends.pop(), [_step(node, producers, constants, graph) for node in nodes
+                                            if node.op_type != "Constant"])
+
+
+def _region_by_names(model: onnx.ModelProto, place: Place) -> Region | None:
     graph = model.graph
     producers = {out: node for node in graph.node for out in node.output}
     constants = {init.name for init in graph.initializer}
