@@ -43,9 +43,9 @@ CAPTURES = (
             "unpaired 19:53:40-19:56:41, paired 19:56:43-20:00:44 (60 pairs a job)", held_out=True),
     Capture("epyc4", "detect_noise_epyc4.npz", "paired_noise_epyc4.npz",
             "session 13 (another session, another VM of the same CPU kind: 'AMD EPYC', family 25 model 17), "
-            "2026-11-28 UTC from 22:09, taken after the unpaired path's null-chance rule (8dd1549) and the "
-            "paired path's settling (382e6ff) were committed: unpaired 180 s, then paired 240 s (60 pairs a "
-            "job, blocks of 50 ms after settling); no tests running", held_out=True),
+            "2026-11-28 UTC, unpaired 22:09:39-22:12:39, paired 22:12:41-22:16:43, taken after the unpaired path's null-chance rule (8dd1549) and the "
+            "paired path's settling (382e6ff) were committed (60 pairs a job, blocks of 50 ms "
+            "after settling); no tests running", held_out=True),
 )
 
 
