@@ -123,7 +123,8 @@ def _free_port() -> int:
 
 def _cpu() -> str:
     try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
+        fields = {key.strip(): value for key, value in (line.split(":", 1) for line in
+                  Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)}
         return f"{fields['model name'].strip()} (family {fields['cpu family'].strip()}, model {fields['model'].strip()})"
     except (OSError, KeyError):
         return platform.processor() or "unknown"

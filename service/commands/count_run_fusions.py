@@ -17,7 +17,7 @@ import time
 from sqlalchemy import select, update
 
 from optimizer import ModelLoadError
-from service.adapters.count_fusions import CountsUnavailable, count_fusions
+from service.adapters.count_fusions import count_fusions
 from service.adapters.engines import EngineError
 from service.adapters.machine import describe_machine
 from service.domain.measurement import fingerprint
@@ -66,6 +66,10 @@ def count_run_fusions(services: Services, run_id: int) -> int:
     machine_class = describe_machine(services.settings.machine_class)["machine_class"]
     started = time.perf_counter()
     for row in rows:
+        if row.level == "disabled":  # no rule runs there: nothing to lose, nothing to count first
+            counts: dict = {"skipped": "level disabled"}
+            _record(services, row.id, counts)
+            continue
         try:
             path = services.store.get(row.sha256, row.filename, list(row.data_files)).path
             counted = count_fusions(path, row.engine, row.level, protocol, services.upload_limits.load,
@@ -73,11 +77,15 @@ def count_run_fusions(services: Services, run_id: int) -> int:
             counts = {"fingerprint": fingerprint(project_id, row.model_id, counted, machine_class),
                       "engine_version": counted.engine_version, "fusions": counted.fusions,
                       "ops_after": counted.ops_after}
-        except (EngineError, ModelLoadError, CountsUnavailable, FileNotFoundError) as error:
+        except (EngineError, ModelLoadError, FileNotFoundError) as error:
             counts = {"error": services.store.shown(str(error))[:500]}
-        with services.session_factory() as session:
-            session.execute(update(Job).where(Job.id == row.id, Job.counts.is_(None)).values(counts=counts))
-            session.commit()
+        _record(services, row.id, counts)
     log.info("run counted", extra={"run_id": run_id, "jobs": len(rows),
                                    "seconds": round(time.perf_counter() - started, 3)})
     return len(rows)
+
+
+def _record(services: Services, job_id: int, counts: dict) -> None:
+    with services.session_factory() as session:
+        session.execute(update(Job).where(Job.id == job_id, Job.counts.is_(None)).values(counts=counts))
+        session.commit()
