@@ -332,7 +332,7 @@ def submit_command(
             run = _wait_with_progress(client, answer["run_url"], timeout, until=fusions_known)
             if run["state"] == "running":
                 fusions_only = wait_for == WaitFor.fusions
-                print_fusion_verdict(out, run)
+                print_fusion_verdict(out, run, f"{client.http.base_url}/projects/{project}/commits/{ref.sha}")
                 if step is not None:
                     step.report(str(client.http.base_url), as_fusion_verdict(run), client.diff(project, ref.sha),
                                 final=fusions_only, timings_pending=True)
@@ -384,7 +384,7 @@ def as_fusion_verdict(run: dict[str, Any]) -> dict[str, Any]:
     return {**run, "verdict": run["fusions"]["verdict"]}
 
 
-def print_fusion_verdict(console: Console, run: dict[str, Any]) -> None:
+def print_fusion_verdict(console: Console, run: dict[str, Any], page: str) -> None:
     lost = run["fusions"]["lost"]
     if lost:
         table = Table(title="fused ops lost (before any timing)", title_justify="left")
@@ -397,7 +397,7 @@ def print_fusion_verdict(console: Console, run: dict[str, Any]) -> None:
         console.print(table)
     print_alerts(console, [a for a in run["alerts"] if a["kind"] in (AlertKind.FUSION_REGRESSION, AlertKind.FUSION_CHANGE)])
     console.print(f"fusion verdict: [bold]{run['fusions']['verdict']}[/bold] (timings: {run['jobs_done']} of "
-                  f"{run['jobs_total']} jobs done; see {run.get('commit', '')[:12]}'s commit page)", highlight=False)
+                  f"{run['jobs_total']} jobs done, to follow on {escape(page)})", highlight=False)
 
 
 def _exit_on_fusions(run: dict[str, Any], fail_on_regression: bool) -> NoReturn:
