@@ -18,6 +18,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+# Nodes that compute nothing a fusion reads: an exporter's Identity (TorchScript shares equal parameters
+# through one) would make alike places read apart.
+UNSAID = ("Constant", "Identity")
 MAX_REGION_NODES = 64  # a fused op stands for a handful of nodes; more means the boundary was not found
 # Constants a person recognises by name, within float32's precision.
 NAMED_CONSTANTS = ((math.sqrt(2), "√2"), (1 / math.sqrt(2), "1/√2"), (math.sqrt(2 / math.pi), "√(2/π)"))
@@ -122,7 +125,7 @@ def _forward_region(graph: onnx.GraphProto, start: onnx.NodeProto, stop_op: str,
     if len(ends) != 1 or outside:
         return None
     return Region(nodes, data, ends.pop(), [_step(node, producers, constants, graph) for node in nodes
-                                            if node.op_type != "Constant"])
+                                            if node.op_type not in UNSAID])
 
 
 def _region_by_names(model: onnx.ModelProto, place: Place) -> Region | None:
@@ -160,7 +163,7 @@ def _region_by_names(model: onnx.ModelProto, place: Place) -> Region | None:
     read = {name for node in nodes for name in node.input if name}
     inputs = [name for name in place.inputs if name in read and name not in constants and producers.get(name) not in nodes]
     return Region(nodes, inputs, output, [_step(node, producers, constants, graph) for node in nodes
-                                          if node.op_type != "Constant"])
+                                          if node.op_type not in UNSAID])
 
 
 def _reaches(nodes: list[onnx.NodeProto], inputs: list[str], producers: dict) -> bool:

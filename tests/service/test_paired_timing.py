@@ -115,6 +115,10 @@ def test_posted_paired_samples_are_decided_by_the_server_and_stored(client):
     paired = entry["paired"]
     assert entry["timing"]["word"] == "regressed" and entry["timing"]["basis"] == "paired"
     assert paired["source"] == "posted" and paired["word"] == "regressed" and paired["pairs"] == 20
+    # The commit page leads with the detector's word; each job's own median follows, said to be context.
+    page = client.get(f"/projects/engine/commits/{c}").text
+    assert "regressed</span> <small>candidate / baseline" in page
+    assert "each job's own median" in page and "the verdict is on the blocks timed side by side" in page
 
 
 def test_paired_samples_of_unequal_length_are_refused_naming_the_field(client):
