@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from service.adapters.machine import describe_machine
 
 BERT_BASE = {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072, "vocab": 30522}  # BertConfig()'s
 SETTINGS = {"runs": 5, "warmup": 1, "paired_max_seconds": 0, "sequence_length": 128}
@@ -72,7 +73,8 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=60)
     lost = sorted({(e["op"].rsplit(".", 1)[-1], e["before"], e["after"]) for e in run["fusions"]["lost"]})
-    print(f"CPU: {_cpu()}; {os.cpu_count()} cores")
+    machine = describe_machine()
+    print(f"CPU: {machine['cpu']} ({', '.join(machine['isa']) or 'no ISA extensions read'}); {machine['cores']} cores")
     print(f"BERT-base commit B ({run['jobs_total']} jobs: both engines, every level): fusion verdict "
           f"{run['fusions']['verdict']} in {seconds:.1f} s after the upload started (the upload itself "
           f"{uploaded:.1f} s); lost: {', '.join(f'{op} {x} → {y}' for op, x, y in lost) or 'nothing'}; "
@@ -119,15 +121,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def _cpu() -> str:
-    try:
-        fields = {key.strip(): value for key, value in (line.split(":", 1) for line in
-                  Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)}
-        return f"{fields['model name'].strip()} (family {fields['cpu family'].strip()}, model {fields['model'].strip()})"
-    except (OSError, KeyError):
-        return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

@@ -109,9 +109,8 @@ def _pending_drops(run: dict[str, Any]) -> list[CountChange]:
     """Drops the counts taken before timing found (service/usecases/fusion_verdict.py) for jobs whose
     results, and so their alerts and the diff's rows, are not in yet."""
     return [CountChange(e["model"], e["engine"], e["level"], e["op"], e["before"], e["after"],
-                        f"{e['rule'] or e['op']} stopped firing; its cause is explained when this job's result is in"
-                        if not e["after"] else f"{e['rule'] or e['op']} fired less; its cause is explained when "
-                        "this job's result is in")
+                        f"{e['rule'] or e['op']} {'fired less' if e['after'] else 'stopped firing'}; its cause is "
+                        "explained when this job's result is in")
             for e in (run.get("fusions") or {}).get("lost", []) if e.get("pending")]
 
 

@@ -49,7 +49,7 @@ Per-commit performance alerts are abandoned when they cry wolf, so a regression 
   the next commit's) are each at least so much slower than the window, and the series' own history
   has had jobs that slow often enough that so many of them would come without any change more often
   than `null_budget` (1 in 1,000: issue 29's false-alarm target; `null_chance`). A shared machine's slow
-  moments can be a mode of their own, every tenth job 30–50% slow, which a spread or a 95th percentile
+  moments can be a mode of their own, a share of jobs far slower than the rest, which a spread or a 95th percentile
   does not bound; counting them does (from 20 measured ancestors on, as the slow tail). The alert then
   asks for another re-measurement while it may,
   and stays suspected ("inconclusive") when it may not: the unpaired path cannot tell such a step from
@@ -218,8 +218,8 @@ def null_chance(history: Sequence[Job], changes_pct: Sequence[float], policy: Ti
     a handful of jobs cannot say how common slow ones are, and the noise's Student's t bar stands alone
     (0: never too common)."""
     levels = _levels(history, policy)
-    if not len(changes_pct) or len(levels) < policy.min_tail_jobs:
-        return 0.0 if len(changes_pct) else 1.0  # too few jobs to say how common slow ones are, as for the tail
+    if len(levels) < policy.min_tail_jobs:
+        return 0.0  # too few jobs to say how common slow ones are, as for the slow tail
     least = min(changes_pct)
     # The nearest jobs' neighbourhoods are mirrored, and a step that began a commit or two before the
     # alerted one would read as their slowness: they are left out.

@@ -29,12 +29,18 @@ def submit_export(base: str, sha: str, model, *extra: str) -> subprocess.Complet
     return subprocess.run(fusionwatch_command(*args), env=cli_env(), capture_output=True, text=True, timeout=600)
 
 
-def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, database_url):
+def two_exports(tmp_path):
+    """Commit A's BERT export and commit B's, whose MLP has a custom op between the bias Add and the GELU."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     export_a, export_b = tmp_path / "a" / "bert.onnx", tmp_path / "b" / "bert.onnx"
     onnx.save(onnx.load(BERT), export_a)
     onnx.save(insert_before_gelu(onnx.load(BERT)), export_b)
+    return export_a, export_b
+
+
+def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, database_url):
+    export_a, export_b = two_exports(tmp_path)
     sha_a, sha_b = "a1" * 20, "b2" * 20
     with serving(tmp_path, database_url, FUSIONWATCH_CUSTOM_OPS=PLUGIN) as (base, _server):
         created = api_post(f"{base}/projects", json={"name": "bert-exports", "settings": SETTINGS})
@@ -84,11 +90,7 @@ def test_submit_to_an_unreachable_server_exits_2_naming_it(tmp_path):
 
 
 def test_submit_wait_for_fusions_fails_the_step_before_the_timings_are_in(tmp_path, database_url):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    export_a, export_b = tmp_path / "a" / "bert.onnx", tmp_path / "b" / "bert.onnx"
-    onnx.save(onnx.load(BERT), export_a)
-    onnx.save(insert_before_gelu(onnx.load(BERT)), export_b)
+    export_a, export_b = two_exports(tmp_path)
     sha_a, sha_b = "a1" * 20, "b2" * 20
     # Enough runs that the timings take seconds after the counts: the step must not wait for them.
     settings = SETTINGS | {"runs": 400}
