@@ -56,11 +56,16 @@ def detect_fusions(
         where = f"model {model.name}, {result.engine} {result.engine_version}, level {result.level}"
         against = f"at commit {commit.sha[:12]} against baseline {baseline_commit.sha[:12]}"
         parts = [f"{c['rule'] or c['op']}: {c['op']} {c['before']} → {c['after']}" for c in rises]
+        message = f"{'; '.join(parts)} for {where} {against}"
+        if absorbed:  # a drop shown here, not as a regression: say why
+            dropped = ", ".join(f"{c['op'].rsplit('.', 1)[-1]} {c['before']} → {c['after']}" for c in absorbed)
+            message += (f". No fusion lost: {dropped} is taken up by what rose here (the same nodes fused in "
+                        "another form or a larger fusion, or a fusion an earlier regression lost, restored)")
         lead = rises[0]
         alerts.append(Alert(
             kind=AlertKind.FUSION_CHANGE, state="info", op=lead["op"], rule=lead["rule"], before=lead["before"],
             after=lead["after"], change_pct=lead["change_pct"], changes=rises,
-            message=f"{'; '.join(parts)} for {where} {against}", near_misses=[], **common,
+            message=message, near_misses=[], **common,
         ))
     return alerts
 
