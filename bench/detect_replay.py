@@ -60,10 +60,29 @@ class Suspicion:
 
 
 @dataclass
+class MachineLog:
+    """Every series' jobs on the replay's one machine, in the order they were posted: what
+    timing_alerts.machine_levels reads of the results table (the latest `policy.machine_jobs`)."""
+
+    policy: timing.TimingPolicy = timing.DEFAULT_POLICY
+    jobs: list[tuple[object, float]] = field(default_factory=list)
+
+    def add(self, series: object, result: Posted) -> None:
+        self.jobs.append((series, timing.level(result.execute_ms, self.policy)))
+
+    def levels(self) -> list[np.ndarray]:
+        series: dict[object, list[float]] = {}
+        for key, level in reversed(self.jobs[-self.policy.machine_jobs:]):
+            series.setdefault(key, []).append(level)
+        return [np.asarray(levels) for levels in series.values()]
+
+
+@dataclass
 class SeriesReplay:
     threshold_pct: float
     policy: timing.TimingPolicy = timing.DEFAULT_POLICY
     explain: bool = True  # keep the log --explain prints (it decides every result twice)
+    machine: MachineLog = field(default_factory=MachineLog)
     latest: dict[int, Posted] = field(default_factory=dict)
     posted: dict[int, list[Posted]] = field(default_factory=lambda: defaultdict(list))  # every result by commit
     alerts: dict[int, Suspicion] = field(default_factory=dict)
@@ -85,7 +104,7 @@ class SeriesReplay:
         here = result.commit_id == alert.commit_id
         remeasured, later = ([*remeasured, result], []) if here else (remeasured, [result])
         verdict = timing_alerts.confirmation(alert.result, ancestry, self.alerts, remeasured, later,
-                                             self.threshold_pct, self.policy)
+                                             self.threshold_pct, self.policy, self.machine.levels)
         if verdict is None:
             return False
         earlier = self._step_began_before(ancestry, verdict)
@@ -115,6 +134,7 @@ class SeriesReplay:
         ancestry = self.ancestry(result.commit_id)
         verdict = self.decide(result, ancestry) if ancestry and self.explain else None
         raised = self._evaluate(result, ancestry)
+        self.machine.add(id(self), result)
         self.latest[result.commit_id] = result
         self.posted[result.commit_id].append(result)
         if self.explain:
@@ -129,7 +149,7 @@ class SeriesReplay:
             if here.confirmed_by is None and not self.confirm(here, result):
                 remeasured = [*[r for r in self.posted[here.commit_id] if r is not here.result], result]
                 return timing_alerts.measure_again(here.result, self.ancestry(here.commit_id), self.alerts, remeasured,
-                                                   self.threshold_pct, self.policy) is not None
+                                                   self.threshold_pct, self.policy, self.machine.levels) is not None
             return False
         pending = timing_alerts.pending(ancestry, self.alerts)
         if pending is not None and self.confirm(pending, result):
@@ -157,6 +177,7 @@ def replay(args) -> tuple[dict, dict, int]:
     rng = np.random.default_rng(args.seed)
     policy = getattr(args, "policy", None) or timing.DEFAULT_POLICY
     truth, replays, remeasured = {}, {}, 0
+    machine = MachineLog(policy)  # one machine for every project, as bench.detect's one app
     for p in range(args.projects):
         kind = "engine" if p % 2 == 0 else "model"
         plans = plan(rng, p * args.series, args.series, args.commits, measured.shape[0])
@@ -168,7 +189,8 @@ def replay(args) -> tuple[dict, dict, int]:
             series[name] = Series(name, kind, **planned, graph_changes=graph_changes[s], measured=measured[source],
                                   canary=canaries[source], rng=rng)
             truth[(f"p{p}", name)] = {**planned, "kind": kind, "source": source}
-            replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct, policy=policy, explain=args.explain)
+            replays[(f"p{p}", name)] = SeriesReplay(args.threshold_pct, policy=policy, explain=args.explain,
+                                                    machine=machine)
         for c in range(args.commits):
             again = [name for name, x in series.items() if replays[(f"p{p}", name)].post(_posted(x.result(c), c))]
             while again:  # as bench.detect re-measures: every series asking for one, in one round

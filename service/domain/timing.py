@@ -46,14 +46,16 @@ Per-commit performance alerts are abandoned when they cry wolf, so a regression 
   verdict is given (a second commit's job 10% off the first says nothing on a series that wobbles by 5%).
 
 - too common to tell: the jobs that would confirm a suspicion (the suspected one, its re-measurements,
-  the next commit's) are each at least so much slower than the window, and the series' own history
-  has had jobs that slow often enough that so many of them would come without any change more often
-  than `null_budget` (1 in 1,000: issue 29's false-alarm target; `null_chance`). A shared machine's slow
-  moments can be a mode of their own, a share of jobs far slower than the rest, which a spread or a 95th percentile
-  does not bound; counting them does (from 20 measured ancestors on, as the slow tail). The alert then
-  asks for another re-measurement while it may,
-  and stays suspected ("inconclusive") when it may not: the unpaired path cannot tell such a step from
-  the machine, the paired path (service/domain/paired.py) can.
+  the next commit's) are each at least so much slower than the window, and the series' own history,
+  or its machine's (the latest `machine_jobs` jobs of every series on its machine class), has had
+  jobs that slow often enough that so many of them would come without any change more often than
+  `null_budget` (1 in 1,000: issue 29's false-alarm target; `null_chance`). A shared machine's slow
+  moments can be a mode of their own, a share of jobs far slower than the rest, which a spread or a
+  95th percentile does not bound; counting them does (the series' own from 20 measured ancestors on,
+  as the slow tail; the machine's from a series' first commits, and ten times as many jobs see the
+  rarer, larger slow moments). The alert then asks for another re-measurement while it may, and stays
+  suspected ("inconclusive") when it may not: the unpaired path cannot tell such a step from the
+  machine, the paired path (service/domain/paired.py) can.
 
 - when the optimized graph's hash and the engine version are both unchanged, nothing in the code
   moved: the bar is `same_code_factor` times higher, and persistence (the confirmation in
@@ -119,6 +121,7 @@ class TimingPolicy:
     tail_neighbours: int = 5  # a job's excess is over the median of it and this many jobs either side
     min_tail_jobs: int = 20  # fewer measured ancestors: the tail is not estimated, the noise alone sets the bar
     null_budget: float = 0.001  # a confirmation this likely from the series' own history alone is inconclusive (see above)
+    machine_jobs: int = 1000  # the null chance also reads this many of the machine class's latest jobs (see above)
 
 
 DEFAULT_POLICY = TimingPolicy()
@@ -207,25 +210,49 @@ def decide(
 
 
 def null_chance(history: Sequence[Job], changes_pct: Sequence[float], policy: TimingPolicy = DEFAULT_POLICY,
-                replaced: Sequence[float] = ()) -> float:
+                replaced: Sequence[float] = (), machine: Sequence[Sequence[float]] = ()) -> float:
     """How likely the series, with nothing changed, is to give as many jobs as `changes_pct` each at least
-    the smallest of those changes slow, judged by its own history: per job (k + ½) / (n + 1), k of its n
-    jobs whose excess over their neighbours (`stats.excess_over_neighbours`) reached it, and the jobs
-    taken as independent draws. Every job counts, slow canary or not: the question is how often this
-    machine made this series that slow. `replaced`: the changes of jobs the history no longer holds,
-    suspected jobs whose commit's re-measurement took their place (the slow jobs, so the history alone
-    would undercount exactly them). From `min_tail_jobs` measured jobs on, as the slow tail: before,
-    a handful of jobs cannot say how common slow ones are, and the noise's Student's t bar stands alone
-    (0: never too common)."""
-    levels = _levels(history, policy)
-    if len(levels) < policy.min_tail_jobs:
-        return 0.0  # too few jobs to say how common slow ones are, as for the slow tail
+    the smallest of those changes slow: per job (k + ½) / (n + 1), k of n jobs whose excess over their
+    neighbours (`stats.excess_over_neighbours`) reached it, and the jobs taken as independent draws.
+    Every job counts, slow canary or not: the question is how often this machine made a series that slow.
+    Judged twice, and the larger chance holds:
+    - by the series' own history, from `min_tail_jobs` measured jobs on (before, a handful of jobs cannot
+      say how common slow ones are). `replaced`: the changes of jobs the history no longer holds,
+      suspected jobs whose commit's re-measurement took their place (the slow jobs, so the history
+      alone would undercount exactly them);
+    - by its machine's (`machine`: the levels of each series measured on this machine class, nearest
+      first, pooled by `machine_excess`). A shared machine's slow moments are the machine's: a young
+      series has no count of its own, and a series' hundred jobs have not seen the rare slow moment
+      twice as long as any before, which the machine's thousand may have.
+    0 (never too common) when neither has the jobs."""
     least = min(changes_pct)
-    # The nearest jobs' neighbourhoods are mirrored, and a step that began a commit or two before the
-    # alerted one would read as their slowness: they are left out.
-    excess = excess_over_neighbours(levels, policy.tail_neighbours)[policy.tail_neighbours:] if len(levels) else levels
-    slow = int(np.sum(excess * 100 >= least)) + sum(change >= least for change in replaced)
-    return ((slow + 0.5) / (len(excess) + len(replaced) + 1)) ** len(changes_pct)
+    levels = _levels(history, policy)
+    own = _chance(_away_from_now(levels, policy), least, len(changes_pct), replaced) \
+        if len(levels) >= policy.min_tail_jobs else 0.0
+    pooled = machine_excess(machine, policy)
+    shared = _chance(pooled, least, len(changes_pct)) if len(pooled) >= policy.min_tail_jobs else 0.0
+    return max(own, shared)
+
+
+def _chance(excess: np.ndarray, least_pct: float, jobs: int, replaced: Sequence[float] = ()) -> float:
+    slow = int(np.sum(excess * 100 >= least_pct)) + sum(change >= least_pct for change in replaced)
+    return ((slow + 0.5) / (len(excess) + len(replaced) + 1)) ** jobs
+
+
+def machine_excess(machine: Sequence[Sequence[float]], policy: TimingPolicy = DEFAULT_POLICY) -> np.ndarray:
+    """The excess over their neighbours of every series' jobs on one machine class, pooled: a shared
+    machine's slow moments are the machine's, so where one series is too young to say how often it ran
+    slow, the others that ran there say it. Each series' nearest jobs are left out as in its own count,
+    so that a change that slowed every series at once (an engine's commit) is not read as the machine."""
+    pooled = [_away_from_now(np.asarray(levels, dtype=np.float64), policy) for levels in machine]
+    return np.concatenate(pooled) if pooled else np.empty(0)
+
+
+def _away_from_now(levels: np.ndarray, policy: TimingPolicy) -> np.ndarray:
+    """The excess over their neighbours of a series' levels (nearest first) but its `tail_neighbours`
+    nearest: their neighbourhoods are mirrored, and a step that began a commit or two before the
+    alerted one would read as their slowness."""
+    return excess_over_neighbours(levels, policy.tail_neighbours)[policy.tail_neighbours:]
 
 
 def changes(jobs: Sequence[Job], before_ms: float, policy: TimingPolicy = DEFAULT_POLICY) -> list[float]:
@@ -234,9 +261,10 @@ def changes(jobs: Sequence[Job], before_ms: float, policy: TimingPolicy = DEFAUL
 
 
 def too_common(history: Sequence[Job], changes_pct: Sequence[float], policy: TimingPolicy = DEFAULT_POLICY,
-               replaced: Sequence[float] = ()) -> bool:
-    """Would the series' history alone give these jobs more often than `policy.null_budget`?"""
-    return null_chance(history, changes_pct, policy, replaced) > policy.null_budget
+               replaced: Sequence[float] = (), machine: Sequence[Sequence[float]] = ()) -> bool:
+    """Would the series' history or its machine's alone give these jobs more often than
+    `policy.null_budget`?"""
+    return null_chance(history, changes_pct, policy, replaced, machine) > policy.null_budget
 
 
 def student(k: float, df: int) -> float:
@@ -283,6 +311,11 @@ def _fast_part(samples: np.ndarray, percent: float) -> np.ndarray:
     """The fastest `percent` of a job's samples: on a shared machine the rest wait on other processes."""
     keep = max(1, int(round(len(samples) * percent / 100)))
     return np.sort(samples)[:keep]
+
+
+def level(samples: Sequence[float], policy: TimingPolicy = DEFAULT_POLICY) -> float:
+    """A job's level from its timed samples (`TimingPolicy.quantile`)."""
+    return _level(np.asarray(samples, dtype=np.float64), policy.quantile)
 
 
 def _levels(jobs: Sequence[Job], policy: TimingPolicy) -> np.ndarray:

@@ -19,6 +19,7 @@ goes back to the commit where the step began (`_step_began_before`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,12 +34,31 @@ from service.usecases.baselines import measured_ancestors
 
 KIND = AlertKind.TIMING_REGRESSION
 
+# The levels of each series measured on a result's machine class, nearest first (`machine_levels`).
+Machine = Callable[[], Sequence[np.ndarray]]
+
 
 def measured_ancestry(session: Session, result: Result, policy: timing.TimingPolicy) -> list[Result]:
     """The measured ancestors a window is drawn from, nearest first (service/usecases/baselines.py). Five
     windows' worth: baseline_window skips suspected alerts that were never confirmed, and the decision
     estimates the series' job-to-job noise from all of them (`timing.decide`'s history)."""
     return measured_ancestors(session, result, limit=policy.window * 5, timings_only=True)
+
+
+def machine_levels(session: Session, result: Result, policy: timing.TimingPolicy) -> list[np.ndarray]:
+    """The levels (fastest runs) of every series measured on `result`'s machine class before it, nearest
+    first, from the class's `policy.machine_jobs` latest results of any project: each series in the order
+    its jobs ran, re-measurements included (a slow job that was re-measured ran all the same)."""
+    rows = session.execute(
+        select(Result.fingerprint, Result.execute_ms)
+        .where(Result.machine_class == result.machine_class, Result.id < result.id)
+        .order_by(Result.id.desc()).limit(policy.machine_jobs)
+    )
+    series: dict[str, list[float]] = {}
+    for fingerprint, samples in rows:
+        if samples:
+            series.setdefault(fingerprint, []).append(timing.level(samples, policy))
+    return [np.asarray(levels) for levels in series.values()]
 
 
 def series_timing_alerts(session: Session, fingerprint: str) -> dict[int, Alert]:
@@ -165,7 +185,7 @@ def evaluate(
             return []
         since = _since_alert(session, here, result, policy)
         return (_confirm_if_agrees(session, here, result, alerts, threshold_pct, policy, since)
-                or _measure_again(here, result, alerts, threshold_pct, policy, since))
+                or _measure_again(session, here, result, alerts, threshold_pct, policy, since))
     if (alert := pending(ancestry, alerts)) is not None:
         since = _since_alert(session, alert, result, policy)
         confirmed = _confirm_if_agrees(session, alert, result, alerts, threshold_pct, policy, since)
@@ -233,14 +253,15 @@ def pending(ancestry: list, alerts: dict):
 
 
 def confirmation(alerted, ancestry: list, alerts: dict, remeasured: list, later: list, threshold_pct: float,
-                 policy: timing.TimingPolicy) -> timing.TimingVerdict | None:
+                 policy: timing.TimingPolicy, machine: Machine = lambda: ()) -> timing.TimingVerdict | None:
     """The verdict that confirms the alert raised on `alerted` (a Result, or the replay's stand-in), or
     None: the jobs measured since it, `remeasured` (the alerted commit's re-measurements) and `later`
     (the results of the commits after it), cross the bar together against the window the alert was
     raised on, by about the same amount as the alerted job (`timing.agree`), unless the re-measurements
     say the alerted job was a slow moment before a step at a later commit (`timing.slow_moment_before`).
     The alerted job itself is left out of the pool: it was picked for crossing the screen, so it would
-    carry a noise that crossed the bar into every later test. `ancestry` is the alerted result's."""
+    carry a noise that crossed the bar into every later test. `ancestry` is the alerted result's;
+    `machine` gives the levels of the series measured on the machine class (`machine_levels`)."""
     screened = screen(alerted, ancestry, alerts, threshold_pct, policy)
     if screened is None or screened.verdict is None:
         return None
@@ -249,7 +270,7 @@ def confirmation(alerted, ancestry: list, alerts: dict, remeasured: list, later:
     verdict = timing.decide([as_job(r) for r in (*remeasured, *later)], jobs, threshold_pct, changed, policy, history)
     if verdict is None or not timing.agree(first, verdict, policy):
         return None
-    if _too_common(screened, [as_job(r) for r in (alerted, *remeasured, *later)], ancestry, alerts, policy):
+    if _too_common(screened, [as_job(r) for r in (alerted, *remeasured, *later)], ancestry, alerts, policy, machine):
         return None
     if remeasured and later:
         again = timing.decide([as_job(r) for r in remeasured], jobs, threshold_pct, changed, policy, history)
@@ -260,7 +281,7 @@ def confirmation(alerted, ancestry: list, alerts: dict, remeasured: list, later:
 
 
 def measure_again(alerted, ancestry: list, alerts: dict, remeasured: list, threshold_pct: float,
-                  policy: timing.TimingPolicy) -> timing.TimingVerdict | None:
+                  policy: timing.TimingPolicy, machine: Machine = lambda: ()) -> timing.TimingVerdict | None:
     """The verdict of an unconfirmed alert's re-measurements when they ask for one more: fewer than
     `policy.remeasures` so far, and their mean sits under the bar but nearer the alerted job's level than
     the window's (`timing.at_the_new_level`). A step's re-measurement lands there often (its
@@ -279,22 +300,23 @@ def measure_again(alerted, ancestry: list, alerts: dict, remeasured: list, thres
         return again if timing.at_the_new_level(again, screened.verdict) else None
     # Past the bar, but jobs this slow are too common in the series' history to confirm on so few.
     common = timing.agree(screened.verdict, again, policy) and _too_common(
-        screened, [as_job(r) for r in (alerted, *remeasured)], ancestry, alerts, policy)
+        screened, [as_job(r) for r in (alerted, *remeasured)], ancestry, alerts, policy, machine)
     return again if common else None
 
 
 def _too_common(screened: Screened, jobs: list[timing.Job], ancestry: list, alerts: dict,
-                policy: timing.TimingPolicy) -> bool:
+                policy: timing.TimingPolicy, machine: Machine) -> bool:
     """Would the series' history alone give these jobs (the alerted one and those confirming it), each as
     slow as it is against the window, more often than the policy's budget (`timing.too_common`)? The
     history's commits whose alert was suspected and never confirmed hold their re-measurement; the
     suspected job's own change is counted beside it, but for the nearest commits' (a step that began
-    there leaves a suspicion at each of its first commits: they are the step, not the machine)."""
+    there leaves a suspicion at each of its first commits: they are the step, not the machine). The
+    machine's other series are judged as well (`timing.null_chance`); they are a query, read only here."""
     replaced = [alert.change_pct for r in ancestry[policy.tail_neighbours:]
                 if (alert := alerts.get(r.commit_id)) is not None and alert.state == "suspected"
                 and alert.change_pct is not None]
     return timing.too_common(screened.history, timing.changes(jobs, screened.verdict.before_ms, policy), policy,
-                             replaced)
+                             replaced, machine())
 
 
 @dataclass(frozen=True)
@@ -315,11 +337,12 @@ def _since_alert(session: Session, alert: Alert, result: Result, policy: timing.
     return _SinceAlert(alerted, measured_ancestry(session, alerted, policy), remeasured)
 
 
-def _measure_again(alert: Alert, result: Result, alerts: dict[int, Alert], threshold_pct: float,
+def _measure_again(session: Session, alert: Alert, result: Result, alerts: dict[int, Alert], threshold_pct: float,
                    policy: timing.TimingPolicy, since: _SinceAlert) -> list[Alert]:
     """[alert], still suspected, when `result` (a re-measurement of its commit) asks for one more
     (`measure_again`): remeasure.py queues it, a client re-posts."""
-    verdict = measure_again(since.alerted, since.ancestry, alerts, [*since.remeasured, result], threshold_pct, policy)
+    verdict = measure_again(since.alerted, since.ancestry, alerts, [*since.remeasured, result], threshold_pct, policy,
+                            lambda: machine_levels(session, result, policy))
     if verdict is None:
         return []
     if verdict.regressed:
@@ -345,7 +368,8 @@ def _confirm_if_agrees(
     ancestry = since.ancestry
     here = result.commit_id == alert.commit_id
     remeasured, later = ([*since.remeasured, result], []) if here else (since.remeasured, [result])
-    verdict = confirmation(since.alerted, ancestry, alerts, remeasured, later, threshold_pct, policy)
+    verdict = confirmation(since.alerted, ancestry, alerts, remeasured, later, threshold_pct, policy,
+                           lambda: machine_levels(session, result, policy))
     if verdict is None:
         return []
     commit = session.get(Commit, result.commit_id)

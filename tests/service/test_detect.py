@@ -586,6 +586,55 @@ def test_a_confirmation_too_common_in_the_series_own_history_is_refused():
     assert timing.null_chance(stepped, [30.0, 30.0]) == timing.null_chance(quiet, [30.0, 30.0])
 
 
+def test_a_confirmation_too_common_on_the_machine_is_refused_young_series_or_old():
+    # Three other series of the machine (levels nearest first), each with every tenth job 50% slow: of
+    # each one's 25 counted jobs (the nearest five left out) 3 are slow, 9 of 75 pooled.
+    slow_mode = [np.array([1.5 if i % 10 == 7 else 1.0 for i in range(30)]) for _ in range(3)]
+    quiet_machine = [np.ones(30) for _ in range(3)]
+    young = [job(1.0, i) for i in range(10)]  # no count of its own: the machine's says it
+    assert timing.null_chance(young, [40.0, 40.0], machine=slow_mode) == pytest.approx((9.5 / 76) ** 2)
+    assert timing.too_common(young, [40.0] * 3, machine=slow_mode)  # (9.5 / 76)³ = 2.0e-3
+    assert not timing.too_common(young, [40.0] * 4, machine=slow_mode)
+    assert not timing.too_common(young, [40.0, 40.0], machine=quiet_machine)
+    # A series whose own 25 jobs never ran that slow is still judged by the machine's: the larger holds.
+    quiet = [job(1.0, i) for i in range(30)]
+    assert timing.null_chance(quiet, [40.0, 40.0], machine=slow_mode) == pytest.approx((9.5 / 76) ** 2)
+    assert timing.null_chance(quiet, [40.0, 40.0], machine=quiet_machine) == pytest.approx((0.5 / 26) ** 2)
+    # An engine's commit that slowed every series at once sits in their nearest jobs: not the machine's.
+    stepped = [np.array([1.4] * 3 + [1.0] * 27) for _ in range(3)]
+    assert timing.null_chance(quiet, [40.0, 40.0], machine=stepped) == pytest.approx((0.5 / 26) ** 2)
+    # Too few jobs on the machine as well: no chance at all.
+    assert timing.null_chance(young, [40.0, 40.0], machine=[np.ones(8)]) == 0.0
+
+
+def test_the_machine_is_every_series_on_the_machine_class_before_the_result(client, session):
+    from sqlalchemy import select
+
+    from service.models import Result
+
+    def post(sha, parents, machine_class, levels):
+        reply = client.post("/api/v1/results", json={
+            "project": "engine", "commit": {"sha": sha, "parents": parents},
+            "machine": {"machine_class": machine_class, "cpu": "test cpu", "cores": 2},
+            "results": [{"model": model, "engine": "fusionwatch", "engine_version": "1", "level": "all",
+                         "fusions": {}, "execute_ms": [level * 1.1, level, level * 1.2]} for model, level in levels.items()],
+        })
+        assert reply.status_code == 201, reply.text
+
+    client.post("/api/v1/projects", json={"name": "engine"}).raise_for_status()
+    for i in range(3):
+        post(f"c{i}", [f"c{i - 1}"] if i else [], "cpu", {"bert.onnx": 1.0 + i, "gpt2.onnx": 10.0 + i})
+        post(f"c{i}", [f"c{i - 1}"] if i else [], "cuda", {"gpt2.onnx": 100.0 + i})
+    post("c3", ["c2"], "cpu", {"bert.onnx": 9.0, "gpt2.onnx": 99.0})
+    now, later = session.scalars(select(Result).where(Result.machine_class == "cpu").order_by(Result.id)).all()[-2:]
+    levels = timing_alerts.machine_levels(session, now, timing.DEFAULT_POLICY)
+    # Every series of the class measured before, nearest first; not the other class, not what came after.
+    assert sorted(list(series) for series in levels) == [[3.0, 2.0, 1.0], [12.0, 11.0, 10.0]]
+    assert later.id > now.id
+    few = timing_alerts.machine_levels(session, now, dataclasses.replace(timing.DEFAULT_POLICY, machine_jobs=3))
+    assert sorted(list(series) for series in few) == [[3.0], [12.0, 11.0]]  # the latest 3 jobs of the class
+
+
 def test_a_young_series_has_no_null_chance_and_its_own_steps_suspicions_are_not_its_slowness():
     young = [job(1.0, i) for i in range(19)]  # fewer than min_tail_jobs: the history cannot say
     assert timing.null_chance(young, [40.0, 40.0]) == 0.0 and not timing.too_common(young, [40.0, 40.0])
