@@ -177,6 +177,7 @@ def print_diff(console: Console, diff: dict[str, Any]) -> None:
     console.print(f"commit {diff['commit'][:12]} on {diff['branch']}, against each result's baseline:", markup=False)
     table = Table("model", "engine", "level", "baseline", "fused ops (before → after)", "Execute ms", "median change",
                   "timing verdict")
+    paired = False
     for entry in diff["models"]:
         timing, baseline = entry["median_ms"], entry["baseline_commit"]
         if baseline is None:  # the first measurement of its series: nothing to compare with
@@ -185,9 +186,16 @@ def print_diff(console: Console, diff: dict[str, Any]) -> None:
         else:
             fused = "\n".join(_count_change(op, c["before"], c["after"]) for op, c in entry["fusions"].items())
             timings = f"{_ms(timing['before'])} → {_ms(timing['after'])}"
+        change = _pct(timing["change_pct"])
+        if (entry.get("timing") or {}).get("basis") == "paired":
+            # Two jobs' medians at other moments of a shared machine: context, not what was decided on.
+            paired, change = True, f"[dim]{change}*[/dim]" if change else change
         table.add_row(escape(entry["model"]), entry["engine"], entry["level"], escape((baseline or "none")[:12]), fused or "-",
-                      timings, _pct(timing["change_pct"]), _verdict(entry.get("timing")))
+                      timings, change, _verdict(entry.get("timing")))
     console.print(table, highlight=False)
+    if paired:
+        console.print("* each job's own median against its baseline job's, measured at other moments; the verdict "
+                      "beside it is on the two models timed alternately in one job", style="dim", highlight=False)
 
 
 # Only the detector's call is coloured: a median's change it did not call is shown plain, beside the word.

@@ -201,6 +201,27 @@ def test_server_text_is_printed_as_is_not_as_rich_markup():
     assert console.export_text().strip() == f"fusion-regression {message}"
 
 
+def test_a_paired_verdict_marks_the_job_medians_beside_it_as_context():
+    from rich.console import Console
+
+    from service.cli_client import print_diff
+
+    def entry(model, change_pct, timing):
+        return {"model": model, "engine": "fusionwatch", "level": "extended", "baseline_commit": "a" * 40,
+                "fusions": {}, "median_ms": {"before": 6.236, "after": 4.383, "change_pct": change_pct}, "timing": timing}
+
+    paired = {"word": "within noise", "basis": "paired", "statistic": "candidate / baseline 0.976 [0.95, 1.01] over 8 pairs"}
+    window = {"word": "within noise", "basis": "window", "statistic": "fastest run +1.0% against the window (bar ±5.0%)"}
+    console = Console(record=True, width=220)
+    print_diff(console, {"commit": "b" * 40, "branch": "main", "models": [entry("bert", -29.7, paired)]})
+    text = console.export_text()
+    assert "-29.7%*" in text and "* each job's own median against its baseline job's" in text
+    console = Console(record=True, width=220)
+    print_diff(console, {"commit": "b" * 40, "branch": "main", "models": [entry("bert", 1.2, window)]})
+    text = console.export_text()
+    assert "+1.2%" in text and "*" not in text  # the window's verdict and the medians come from the same jobs
+
+
 def test_serve_refuses_custom_ops_it_cannot_import(migrated_database_url, monkeypatch):  # noqa: F811
     monkeypatch.setattr(settings, "database_url", migrated_database_url)
     monkeypatch.setattr(settings, "custom_ops", "no_such_module_for_fusionwatch")
