@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -72,10 +72,17 @@ class Series:
     measured: np.ndarray  # [jobs, runs]
     canary: np.ndarray  # [jobs]
     rng: np.random.Generator
+    drawn: dict[int, list[int]] = field(default_factory=dict)  # the jobs each commit's results were drawn from
 
     def result(self, c: int) -> dict:
-        """This series' result at commit c: a freshly drawn job with the planted changes applied."""
-        job = int(self.rng.integers(self.measured.shape[0]))
+        """This series' result at commit c: a freshly drawn job with the planted changes applied. A
+        re-measurement of the commit is another recorded job than its earlier results': the same one
+        again would be one slow moment counted twice (a capture of 70 jobs gives that 1 time in 70, as
+        often as a machine's slow mode itself)."""
+        taken = self.drawn.setdefault(c, [])
+        free = [j for j in range(self.measured.shape[0]) if j not in taken]
+        job = free[int(self.rng.integers(len(free)))]
+        taken.append(job)
         runs = self.measured.shape[1]
         samples = self.measured[job, self.rng.integers(runs, size=runs)].astype(np.float64)
         factor = 1 + self.step if c >= self.step_at else 1.0

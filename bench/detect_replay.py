@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench import detect_captures
 from bench.detect import MATCH_AFTER, Series, add_series_arguments, plan
 from service.domain import timing
 from service.usecases import timing_alerts
@@ -261,15 +262,55 @@ def _policy(overrides: list[str], parser: argparse.ArgumentParser) -> timing.Tim
     return dataclasses.replace(timing.DEFAULT_POLICY, **changes)
 
 
+def sweep(args) -> None:
+    """`--capture`: each capture's unpaired noise (bench/detect_captures.py) over every seed of `--seeds`,
+    two at a time, and one line a capture: a false-alarm rate near 1 per 1,000 needs more series-commits
+    than one seed of `make bench-detect`'s size gives (one false alarm there is 0.21)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    captures = [c for c in detect_captures.named(args.capture or None) if c.unpaired]
+    jobs = [(c.label, argparse.Namespace(**{**vars(args), "data": detect_captures.DATA / c.unpaired, "seed": seed,
+                                            "explain": False}))
+            for c in captures for seed in args.seeds]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        counts = list(pool.map(_counts, [job for _, job in jobs]))
+    print(f"replay of bench.detect, seeds {' '.join(map(str, args.seeds))}: {args.projects * args.series} series × "
+          f"{args.commits} commits a seed")
+    print("| capture | false alarms / 1,000 (in series-commits) | per seed | steps ≥ 10% within 2 |")
+    print("|---|---|---|---|")
+    for capture in captures:
+        mine = [c for (label, _), c in zip(jobs, counts, strict=True) if label == capture.label]
+        alarms, commits = sum(c[0] for c in mine), sum(c[1] for c in mine)
+        hits, big = sum(c[2] for c in mine), sum(c[3] for c in mine)
+        name = f"**{capture.label} (held out)**" if capture.held_out else capture.label
+        print(f"| {name} | {alarms / commits * 1000:.2f} ({alarms} in {commits:,}) | "
+              f"{', '.join(f'{c[0] / c[1] * 1000:.2f}' for c in mine)} | "
+              f"{f'{hits / big:.1%} ({hits} of {big})' if big else 'no such steps'} |")
+
+
+def _counts(args) -> tuple[int, int, int, int]:
+    """False alarms, series-commits, steps ≥ 10% caught within 2 commits, and such steps."""
+    truth, replays, _ = replay(args)
+    by_step, false_alarms, *_ = tally(truth, replays)
+    big = [r for s, r in by_step.items() if s >= 0.10]
+    return false_alarms, len(truth) * args.commits, sum(r["within2"] for r in big), sum(r["n"] for r in big)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="bench.detect's timing alerts replayed without the database")
     add_series_arguments(parser)
     parser.add_argument("--explain", action="store_true", help="print the results around each miss and false alarm")
     parser.add_argument("--policy", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="TimingPolicy fields to try other values of, e.g. noise_k=2.2 tail_k=1.0")
+    parser.add_argument("--capture", nargs="*", help="replay these captures of bench/detect_captures.py (no label: "
+                        "all) over every seed of --seeds instead of --data, one line a capture")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[10, 11, 12, 13])
     args = parser.parse_args()
     args.policy = _policy(args.policy, parser)
-    report(*replay(args), args)
+    if args.capture is not None:
+        sweep(args)
+    else:
+        report(*replay(args), args)
 
 
 if __name__ == "__main__":
