@@ -48,7 +48,7 @@ CAPTURES = (
             "after settling); no tests running", held_out=True),
     Capture("epyc5", "detect_noise_epyc5.npz", "paired_noise_epyc5.npz",
             "session 14 (another VM of the same CPU kind: 'AMD EPYC', family 25 model 17), 2026-11-29 UTC, "
-            "unpaired 00:13:00-00:16:02, paired 00:16:05-00:24:10, taken after the machine's count in the unpaired "
+            "unpaired 00:12:58-00:16:02, paired 00:16:05-00:24:09, taken after the machine's count in the unpaired "
             "path's null chance (f718829) was committed (60 pairs a job, blocks of 50 ms after settling); "
             "another engineer's executor benchmarks and tests running", held_out=True),
 )
