@@ -73,7 +73,7 @@ class MachineLog:
 
     def levels(self) -> list[np.ndarray]:
         series: dict[object, list[float]] = {}
-        for key, level in reversed(self.jobs[-self.policy.machine_jobs:]):
+        for key, level in reversed(self.jobs[max(0, len(self.jobs) - self.policy.machine_jobs):]):
             series.setdefault(key, []).append(level)
         return [np.asarray(levels) for levels in series.values()]
 
