@@ -2,10 +2,11 @@
 handles set, the primitive executed and the stream waited on from numba-compiled code.
 
 Why: through ctypes the same sequence is four foreign calls and two `ndarray.ctypes` look-ups
-(~1 µs each: every look-up builds a helper object), about 5 µs a product on the AMD EPYC of
-docs/benchmarks.md, a quarter of the tiny BERT's (16, 128) @ (128, 512) feed-forward product:
-24.4 µs a call through ctypes against 19.8 µs compiled, the same primitive. Compiled code reads
-an array's data pointer in place and calls the library through its function addresses.
+(each look-up builds a helper object), a few microseconds a product: on the AMD EPYC of
+docs/benchmarks.md (issue 31), `python -m bench.gemm_micro --threads 1 --entrants onednn/sleep
+--shapes 16x128x512,16x512x128` went from 32 and 28 µs a call to 28 and 25 (best of 3,000, the
+race's bias-GELU pass included), the tiny BERT's feed-forward products. Compiled code reads an
+array's data pointer in place and calls the library through its function addresses.
 
 The addresses are arguments, not constants baked into the machine code, so the compiled
 function does not depend on where libdnnl was loaded and can be cached on disk like the row
