@@ -11,7 +11,8 @@ nearest to a quiet machine's. Printed per row: both times, ours / onnxruntime (t
 at sequence 16, <= 2.0 at sequence 1), the nodes each engine ran (ours: the plan's steps;
 onnxruntime: node events in its profile of one run), and each engine's time per node run (µs).
 First, our executor's own cost per node (`executor_us_per_node`); `python -m bench.node_floors`
-shows a model's kernels node by node.
+shows a model's kernels node by node. Last, the optimizer's time on the same models next to
+onnxruntime's session creation (bench/optimize_time.py).
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def run(levels, blocks: int, runs: int, results: Path) -> None:
     print(f"\nour executor's own cost: {overhead:.3f} µs a node (session.run on 400 Identity nodes, fastest of 2000)")
     print_header(blocks, runs)
     rows = bench_small(levels, blocks, runs)
+    from bench import optimize_time
+
+    optimizer_rows = optimize_time.run()  # every level: a session optimizes at whichever it is given
     results.mkdir(parents=True, exist_ok=True)
-    summary = {"onnxruntime": ort.__version__, "executor_us_per_node": overhead, "rows": rows}
+    summary = {"onnxruntime": ort.__version__, "executor_us_per_node": overhead, "rows": rows, "optimizer": optimizer_rows}
     (results / "small_models.json").write_text(json.dumps(summary, indent=2))

@@ -179,10 +179,18 @@ def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
 
 
 def _both(proto: onnx.ModelProto) -> tuple[Shapes, Shapes]:
+    """What both runs share is done once, on one copy: the inferred value infos and declared
+    output shapes cleared, onnxruntime's ops swapped for stand-ins. Each run then pins a copy of that."""
+    shared = onnx.ModelProto()
+    shared.CopyFrom(proto)
+    del shared.graph.value_info[:]
+    for value in shared.graph.output:  # declared symbolic; the pinned run finds numbers
+        value.type.tensor_type.ClearField("shape")
+    _use_stand_ins(shared)
     runs = []
     for sizes in (FIRST_SIZES, SECOND_SIZES):
         copy = onnx.ModelProto()
-        copy.CopyFrom(proto)
+        copy.CopyFrom(shared)
         try:
             runs.append(_run(copy, sizes))
         except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as error:
@@ -198,10 +206,6 @@ def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
         for axis, dim in enumerate(value.type.tensor_type.shape.dim):
             if not dim.HasField("dim_value") and value.name not in initializers:
                 dim.dim_value = batch if axis == 0 else other
-    del proto.graph.value_info[:]
-    for value in proto.graph.output:  # declared symbolic; the pinned run finds numbers
-        value.type.tensor_type.ClearField("shape")
-    _use_stand_ins(proto)
     inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
     known = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
     shapes = {info.name: _static(info) for info in known}
@@ -213,8 +217,11 @@ def _use_stand_ins(proto: onnx.ModelProto) -> None:
     """Swap onnxruntime's ops, which onnx cannot infer, for standard ones with the same output
     shapes (this copy of the graph is only ever inferred, never run), so one inference pass goes
     on through them: a same-shape op becomes Identity, EmbedLayerNormalization the word lookup,
-    Attention a product with a stand-in weight of the output's width."""
+    Attention a product with a stand-in weight of the output's width. The node list is rebuilt
+    only where a node was swapped: the graph as loaded usually has none of these ops, and
+    rebuilding copies every node."""
     nodes = []
+    swapped = False
     for node in proto.graph.node:
         key = (node.domain, node.op_type)
         if key in SAME_SHAPE_OPS:  # the Skip ops' 4th output is the residual sum: the same shape too
@@ -244,15 +251,23 @@ def _use_stand_ins(proto: onnx.ModelProto) -> None:
             nodes.append(onnx.helper.make_node("MatMul", list(node.input[:2]), [node.output[0]]))
         else:
             nodes.append(node)
-    del proto.graph.node[:]
-    proto.graph.node.extend(nodes)
+            continue
+        swapped = True
+    if swapped:
+        del proto.graph.node[:]
+        proto.graph.node.extend(nodes)
 
 
 def _static(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:
     tensor = info.type.tensor_type
-    if not tensor.HasField("shape") or any(not d.HasField("dim_value") for d in tensor.shape.dim):
+    if not tensor.HasField("shape"):
         return None
-    return tuple(d.dim_value for d in tensor.shape.dim)
+    dims = []
+    for dim in tensor.shape.dim:  # one walk: each protobuf access from Python is a call
+        if not dim.HasField("dim_value"):
+            return None
+        dims.append(dim.dim_value)
+    return tuple(dims)
 
 
 __all__ = ["pinned_shapes", "constant_dims", "evaluated_dims", "evaluated_shapes", "FIRST_SIZES"]

@@ -21,5 +21,8 @@ def limit_blas_threads(count: int) -> None:
     if count:
         threadpool_limits(limits=count, user_api="blas")
         gemm.set_threads(count)
-        onednn.set_threads(count)
+        # numba's first set_num_threads starts its omp pool on libiomp5, which sets OpenMP's count
+        # back to one per core; oneDNN's must come after it, or a one-thread session's products
+        # run on two, and on a loaded machine wait for a second core (docs/benchmarks.md, issue 31).
         row_threads.set_threads(count)
+        onednn.set_threads(count)

@@ -188,6 +188,18 @@ def engine() -> ctypes.c_void_p:
     return _engine
 
 
+def stream() -> ctypes.c_void_p:
+    """The process's one CPU stream, which every primitive runs on."""
+    return _stream
+
+
+def note_run() -> None:
+    """Count the process as having run a primitive (see `_after_fork_in_child`), for callers that
+    execute primitives without `execute`."""
+    global _ran
+    _ran = True
+
+
 def available() -> bool:
     """True where oneDNN convolutions can be used in this process."""
     return _load() is not None
@@ -267,18 +279,10 @@ def execute(primitive: Handle, args: list[tuple[int, Handle]]) -> None:
 
 
 def prepared_args(args: list[tuple[int, Handle]]) -> ctypes.Array:
-    """A primitive's execute arguments built once, for `execute_prepared`: the memory objects stay,
+    """A primitive's execute arguments built once, for onednn_call.PreparedCall: the memory objects stay,
     only the data handles they point at change between calls (building the array took ~1.7 µs a
     call, a tenth of a tiny model's product)."""
     return (_ExecArg * len(args))(*[_ExecArg(arg, memory.pointer) for arg, memory in args])
-
-
-def execute_prepared(primitive: Handle, array: ctypes.Array) -> None:
-    """`execute` with arguments from `prepared_args` (callers hold STREAM_LOCK)."""
-    global _ran
-    _ran = True
-    check(_library.dnnl_primitive_execute(primitive.pointer, _stream, len(array), array), "primitive_execute")
-    check(_library.dnnl_stream_wait(_stream), "stream_wait")
 
 
 def aligned(nbytes: int) -> tuple[np.ndarray, int]:

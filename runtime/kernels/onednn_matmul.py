@@ -21,6 +21,7 @@ import threading
 import numpy as np
 
 from runtime.kernels import onednn
+from runtime.kernels.onednn_call import PreparedCall
 
 
 class MatMulWeight:
@@ -94,9 +95,10 @@ class _Primitive:
         self._primitive_desc = primitive_desc
         self._src = onednn.memory(src.pointer)
         self._dst = onednn.memory(dst.pointer)
-        self._args = onednn.prepared_args(
+        args = onednn.prepared_args(
             [(onednn.ARG_SRC, self._src), (onednn.ARG_WEIGHTS, self._weight), (onednn.ARG_DST, self._dst)]
         )
+        self._call = PreparedCall(self._primitive, self._src, self._dst, args)
 
     @property
     def nbytes(self) -> int:
@@ -108,8 +110,4 @@ class _Primitive:
         return onednn.implementation(self._primitive_desc)
 
     def __call__(self, a: np.ndarray, out: np.ndarray) -> None:
-        set_data_handle = onednn.library().dnnl_memory_set_data_handle
-        with onednn.STREAM_LOCK:
-            set_data_handle(self._src.pointer, a.ctypes.data)
-            set_data_handle(self._dst.pointer, out.ctypes.data)
-            onednn.execute_prepared(self._primitive, self._args)
+        self._call(a, out)

@@ -40,3 +40,20 @@ def test_a_forgotten_com_microsoft_import_does_not_sink_inference():
     # onnxruntime's fusion test models use com.microsoft ops without importing the domain.
     shapes = _shapes(_model([helper.make_opsetid("", 17)]))
     assert [str(d) for d in shapes["y"]] == ["batch", "8"]
+
+
+def _listed(nodes):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_graph_listed_out_of_order_still_gets_its_shapes():
+    # onnx infers in the listed order: the copy it gets is put in order where ours is not, and
+    # left as it is where ours is (the check runs on our graph, not on the serialized copy).
+    relu, add = helper.make_node("Relu", ["s"], ["y"]), helper.make_node("Add", ["x", "x"], ["s"])
+    for nodes in ([relu, add], [add, relu]):
+        shapes = _shapes(_listed(nodes))
+        assert [str(d) for d in shapes["y"]] == ["batch", "8"], [n.op_type for n in nodes]

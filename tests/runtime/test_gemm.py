@@ -390,3 +390,47 @@ def test_onednn_weight_stands_aside_where_onednn_is_gone(monkeypatch):
     monkeypatch.setattr(onednn, "available", lambda: False)
     assert not gemm.applies(_kernel(ours).packed, a, w)
     np.testing.assert_allclose(ours.run(None, {"a": a})[0], a @ w, rtol=RTOL, atol=ATOL)
+
+
+def feed_forward_model(width, inner):
+    """A transformer's feed-forward product as an unfused graph has it: MatMul, then the bias Add."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "bias"], ["y"])]
+    weights = [numpy_helper.from_array(normal(width, inner), "w"), numpy_helper.from_array(normal(inner), "bias")]
+    graph = helper.make_graph(nodes, "ffn", [_float("x", [1, "seq", width])], [_float("y", None)], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@needs_onednn
+def test_onednn_feed_forward_product_follows_the_sequence_length_and_matches_onnxruntime(real_small_product):
+    # The tiny BERT's (16, 128) @ (128, 512) runs on oneDNN's compiled call (onednn_call.py), the
+    # single row on numpy; every run's result is its own, whatever runs after it.
+    model = feed_forward_model(128, 512)
+    options = SessionOptions(
+        graph_optimization_level="disabled", intra_op_num_threads=1, kernel_libraries={"gemm": "onednn"}
+    )
+    ours = InferenceSession(model, options)
+    weight = ours.plan.steps[0].kernel.packed
+    kept = []
+    for seq in (16, 1, 128, 16):
+        feeds = {"x": normal(1, seq, 128)}
+        (mine,) = ours.run(None, feeds)
+        (theirs,) = run_onnxruntime(model, feeds).values()
+        np.testing.assert_allclose(mine, theirs, rtol=RTOL, atol=ATOL, err_msg=f"sequence {seq}")
+        kept.append((mine, mine.copy()))
+    assert sorted(weight._by_rows) == [16, 128]
+    for mine, copy in kept:
+        np.testing.assert_array_equal(mine, copy)
+
+
+@needs_onednn
+def test_a_failed_onednn_call_raises_with_its_status():
+    from runtime.kernels.onednn_call import PreparedCall
+
+    weight = onednn_matmul.MatMulWeight(normal(8, 4))
+    a, out = normal(2, 8), np.empty((2, 4), np.float32)
+    weight.matmul(a, out)
+    primitive = weight._by_rows[2]
+    no_primitive = onednn.Handle("dnnl_primitive_destroy")  # a null primitive: oneDNN refuses it
+    call = PreparedCall(no_primitive, primitive._src, primitive._dst, onednn.prepared_args([]))
+    with pytest.raises(onednn.OneDnnError, match="primitive_execute failed: invalid arguments"):
+        call(a, out)
