@@ -19,4 +19,6 @@ def test_each_row_times_both_engines_and_names_the_rules_that_ran(monkeypatch, c
     assert rows[0]["rules_ms"] == {}  # disabled runs no rule
     assert {"ConstantFolding", "AttentionFusion"} <= set(rows[1]["rules_ms"])
     printed = capsys.readouterr().out
-    assert "CPU " in printed and "ConstantFolding" in printed and "outside the rules" in printed
+    # Which rules are the costliest depends on the machine's load: the printed ones are the top of the row's.
+    costliest = max(rows[1]["rules_ms"], key=rows[1]["rules_ms"].get)
+    assert "CPU " in printed and costliest in printed and "outside the rules" in printed
