@@ -20,7 +20,7 @@ from rich.table import Table
 from optimizer import LEVEL_NAMES, ModelLoadError, OptimizeReport, optimize
 from service.cli_bisect import bisect_command
 from service.cli_check import check_command
-from service.cli_client import submit_command
+from service.cli_client import show_command, submit_command
 from service.cli_measure import analyze_command, run_command
 from service.cli_support import err, guarded, require_custom_ops, require_migrated, shown_url
 from service.cli_tokens import token_app
@@ -119,6 +119,7 @@ def profile_command(
 app.command("run")(run_command)
 app.command("analyze")(analyze_command)
 app.command("submit")(submit_command)
+app.command("show")(show_command)
 app.command("check")(check_command)
 
 

@@ -138,6 +138,11 @@ class Server:
     def diff(self, project: str, sha: str) -> dict[str, Any]:
         return self.request("GET", f"{API}/commits/{sha}/diff", params={"project": project})
 
+    def alerts_at(self, project: str, sha: str) -> list[dict[str, Any]]:
+        """The alerts raised at one commit, oldest first (the order a run lists them in)."""
+        page = self.request("GET", f"{API}/alerts", params={"project": project, "commit": sha, "limit": 500})
+        return list(reversed(page["items"]))
+
     def post_results(self, document: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", f"{API}/results", json=finite(document))
 
@@ -367,6 +372,34 @@ def submit_command(
         raise typer.Exit(EXIT_REGRESSION)
     if run["jobs_failed"]:
         raise typer.Exit(EXIT_ERROR)
+
+
+# --- fusionwatch show ------------------------------------------------------------------------------
+
+
+def show_command(
+    commit: Annotated[str, typer.Argument(help="commit sha (or its first 7 or more digits)")],
+    server: Annotated[str, typer.Option("--server", help="the service, e.g. http://127.0.0.1:8000 (a token in FUSIONWATCH_TOKEN)")],
+    project: Annotated[str, typer.Option("--project", help="project name")],
+) -> None:
+    """Print a commit's results against their baselines and the alerts raised at it, as submit --wait did:
+    for a commit measured earlier, or whose timings followed a `submit --wait-for fusions`. Exit 2 when
+    the server refuses (no such project or commit)."""
+    out = stdout_console()
+    try:
+        client = Server.at(server)
+    except ServerError as error:
+        fail(str(error))
+    try:
+        diff, alerts = client.diff(project, commit), client.alerts_at(project, commit)
+    except ServerError as error:
+        fail(str(error))
+    finally:
+        client.close()
+    print_diff(out, diff)
+    print_alerts(out, alerts)
+    out.print(f"commit page: {escape(str(client.http.base_url))}/projects/{escape(project)}/commits/{escape(diff['commit'])}",
+              highlight=False)
 
 
 def commit_ref(step: CiStep | None, sha: str | None, branch: str | None, parents: list[str],

@@ -7,18 +7,25 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.errors import Invalid
 from service.services import Services
 from service.usecases.alerts import alert_dict, get_alert, list_alerts, repro_file
+from service.usecases.commits import get_commit
 from service.usecases.projects import get_project
 
 
 def alerts_shown(
     session: Session, project: str | None = None, kind: str | None = None, state: str | None = None,
     run_id: int | None = None, skip: int = 0, limit: int = 100, states: tuple[str, ...] | None = None,
+    commit: str | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
-    """A page of alerts with the total; `states` keeps any of several states (NEEDS_ATTENTION, say)."""
+    """A page of alerts with the total; `states` keeps any of several states (NEEDS_ATTENTION, say);
+    `commit` those raised at one commit of `project` (a sha, or a prefix of at least 7 of its digits)."""
     found = get_project(session, project) if project else None
-    rows, total = list_alerts(session, found, kind, state, run_id, skip, limit, states)
+    if commit is not None and found is None:
+        raise Invalid("commit: give the project as well (a sha names a commit within a project)")
+    at = get_commit(session, found, commit) if commit is not None else None
+    rows, total = list_alerts(session, found, kind, state, run_id, skip, limit, states, at)
     return [alert_dict(session, a) for a in rows], total
 
 

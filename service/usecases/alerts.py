@@ -95,6 +95,7 @@ def list_alerts(
     skip: int = 0,
     limit: int = 100,
     states: tuple[str, ...] | None = None,
+    commit: Commit | None = None,
 ) -> tuple[list[Alert], int]:
     """Newest first, with the total; `states` keeps any of several states (NEEDS_ATTENTION, say)."""
     if kind is not None and kind not in ALERT_KINDS:
@@ -112,6 +113,8 @@ def list_alerts(
         query = query.where(Alert.state.in_(states))
     if run_id is not None:
         query = query.where(Alert.run_id == run_id)
+    if commit is not None:
+        query = query.where(Alert.commit_id == commit.id)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(query.order_by(Alert.id.desc()).offset(skip).limit(limit)).all()
     return list(rows), total

@@ -64,6 +64,23 @@ def test_submit_fails_the_ci_step_on_the_commit_that_lost_bias_gelu(tmp_path, da
         assert "(fusionwatch 0.1.0 extended, onnxruntime" in alert_line  # one alert, both engines
         assert "  repro: /api/v1/alerts/" in b.stdout  # under it: its reproduction models
 
+        # Later, or after a --wait-for fusions step: the same table and alerts, for that commit only.
+        shown = subprocess.run(fusionwatch_command("show", "--server", base, "--project", "bert-exports", sha_b[:7]),
+                               env=cli_env(), capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert [line for line in shown.stdout.splitlines() if line.startswith("│")] == table_rows
+        def alert_lines(out):
+            return sorted(line for line in out.splitlines() if line.startswith(("fusion-", "timing-", "numeric-")))
+
+        assert alert_line in alert_lines(shown.stdout) and alert_lines(shown.stdout) == alert_lines(b.stdout)
+        assert f"commit page: {base.removesuffix('/api/v1')}/projects/bert-exports/commits/{sha_b}" in shown.stdout
+        first = subprocess.run(fusionwatch_command("show", "--server", base, "--project", "bert-exports", sha_a),
+                               env=cli_env(), capture_output=True, text=True, timeout=120)
+        assert first.returncode == 0 and "no alerts" in first.stdout, first.stdout + first.stderr
+        missing = subprocess.run(fusionwatch_command("show", "--server", base, "--project", "bert-exports", "f00ba47"),
+                                 env=cli_env(), capture_output=True, text=True, timeout=120)
+        assert missing.returncode == 2 and "has no commit 'f00ba47'" in missing.stderr
+
         # Without --wait the step only sends the commit; a regression does not fail it without the flag.
         again = submit_export(base, "c3" * 20, export_b, "--parent", sha_b)
         assert again.returncode == 0, again.stderr

@@ -48,6 +48,12 @@ def test_a_rewritten_gelu_raises_one_explained_reproduced_alert_that_the_fix_res
     assert (alert["op"], alert["rule"], alert["before"], alert["after"]) == ("com.microsoft.BiasGelu", "BiasGeluFusion", 2, 0)
     assert sorted((e["engine"], e["level"]) for e in alert["engines"]) == [("fusionwatch", "extended"), ("onnxruntime", "extended")]
     assert client.get("/api/v1/alerts", params={"kind": "fusion-regression"}).json()["total"] == 1
+    at = {sha: client.get("/api/v1/alerts", params={"project": "bert-exports", "commit": sha[:7]}).json() for sha in (a, b)}
+    assert at[a]["total"] == 0 and alert["id"] in [x["id"] for x in at[b]["items"]]
+    assert all(x["commit"] == b for x in at[b]["items"])
+    unnamed = client.get("/api/v1/alerts", params={"commit": b})
+    assert unnamed.status_code == 422 and "give the project" in unnamed.text
+    assert client.get("/api/v1/alerts", params={"project": "bert-exports", "commit": "f00ba47"}).status_code == 404
 
     structure = alert["cause"]["structure"]
     assert structure["baseline"] == "Add → Div(√2) → Erf → Add(1) → Mul → Mul(0.5)" and structure["now"] == now_words

@@ -23,10 +23,11 @@ def read_alerts(
     kind: str | None = None,
     state: str | None = None,
     run_id: int | None = None,
+    commit: Annotated[str | None, Query(max_length=64)] = None,
     skip: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> dict[str, Any]:
-    items, total = alerts_shown(session, project, kind, state, run_id, skip, limit)
+    items, total = alerts_shown(session, project, kind, state, run_id, skip, limit, commit=commit)
     return {"items": items, "total": total}
 
 
