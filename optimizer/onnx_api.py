@@ -7,7 +7,8 @@ over BIG_TENSOR_BYTES left out; small ones stay, since shape arithmetic reads th
 (serializing can fail too: a lazily packed weight whose computation raises), the model gets its
 inputs, initializers and weights back, and the error goes through.
 
-onnx-ir's own helper for this is private, and restores nothing when serializing fails.
+onnx-ir's own helper for this is private, and restores nothing when serializing fails. The copy is
+written for inference only (serialize_for_inference): what inference reads, at a fraction of the cost.
 """
 
 from __future__ import annotations
