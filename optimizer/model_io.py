@@ -104,11 +104,12 @@ def load_model(
     refused. An ir.Model is returned as is (not copied) once its external tensors are checked.
     """
     if isinstance(source, ir.Model):
-        nodes = sum(graph.num_nodes() for graph in (source.graph, *source.graph.subgraphs()))
+        graphs = [source.graph, *source.graph.subgraphs()]  # one walk: it visits every node
+        nodes = sum(graph.num_nodes() for graph in graphs)
         if nodes > limits.max_nodes:
             raise ModelLoadError(f"<ir.Model>: {nodes} nodes is over the limit of {limits.max_nodes} "
                                  f"({MAX_NODES_VARIABLE})")
-        _check_ir_external_tensors(source)
+        _check_ir_external_tensors(graphs)
         return source
     if isinstance(source, bytes):
         proto, label = parse_model_bytes(source, "<bytes>"), "<bytes>"
@@ -495,9 +496,10 @@ def _check_external(tensor: onnx.TensorProto, label: str, base_dir: Path | None,
         raise refuse(f"it holds {length} bytes but shape {list(tensor.dims)[:8]} of this type needs {nbytes}")
 
 
-def _check_ir_external_tensors(model: ir.Model) -> None:
-    """An in-memory model built by our caller: its external tensors must still stay in their directories."""
-    for graph in (model.graph, *model.graph.subgraphs()):
+def _check_ir_external_tensors(graphs: list[ir.Graph]) -> None:
+    """An in-memory model built by our caller (its graph and subgraphs): its external tensors must
+    still stay in their directories."""
+    for graph in graphs:
         for value in graph.initializers.values():
             tensor = value.const_value
             if not isinstance(tensor, ir.ExternalTensor):

@@ -16,6 +16,7 @@ name; a rewrite keeps the names and meaning of the values it leaves, so those sh
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -44,7 +45,7 @@ SAME_SHAPE_OPS = frozenset(
      (MS, "Gelu"), (MS, "QuickGelu"), (MS, "RotaryEmbedding")}
 )
 
-Shapes = dict[str, tuple[int, ...]]
+Shapes = Mapping[str, tuple[int, ...]]
 
 
 def remember_unoptimized(graph: ir.Graph, proto: onnx.ModelProto) -> None:
@@ -207,10 +208,48 @@ def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
             if not dim.HasField("dim_value") and value.name not in initializers:
                 dim.dim_value = batch if axis == 0 else other
     inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-    known = [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
-    shapes = {info.name: _static(info) for info in known}
-    shapes |= {t.name: tuple(t.dims) for t in proto.graph.initializer}
-    return {name: shape for name, shape in shapes.items() if shape is not None}
+    return _InferredShapes(inferred.graph, {t.name: tuple(t.dims) for t in proto.graph.initializer})
+
+
+class _InferredShapes(Mapping):
+    """Static shapes by value name, each read off the inferred graph when first asked for.
+
+    Rules ask for a handful of values' shapes; reading all ~1,100 value infos of a tiny GPT-2
+    through protobuf's Python access cost a millisecond per run, more than the rest of the run
+    outside onnx's inference."""
+
+    def __init__(self, inferred: onnx.GraphProto, initializers: Shapes) -> None:
+        # Later entries win, as they did in one dict built in this order: outputs over inputs over
+        # value infos, initializers over all.
+        self._infos = {info.name: info for part in (inferred.value_info, inferred.input, inferred.output)
+                       for info in part}
+        self._read: dict[str, tuple[int, ...] | None] = dict(initializers)
+
+    def _shape(self, name: str) -> tuple[int, ...] | None:
+        try:
+            return self._read[name]
+        except KeyError:
+            info = self._infos.get(name)
+            shape = self._read[name] = None if info is None else _static(info)
+            return shape
+
+    def __getitem__(self, name: str) -> tuple[int, ...]:
+        shape = self._shape(name) if isinstance(name, str) else None
+        if shape is None:
+            raise KeyError(name)
+        return shape
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._shape(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in dict.fromkeys([*self._infos, *self._read]) if self._shape(name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:  # the first shape found answers it: no need to read every one
+        return next(iter(self), None) is not None
 
 
 def _use_stand_ins(proto: onnx.ModelProto) -> None:

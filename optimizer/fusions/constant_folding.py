@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from optimizer import constant_eval
 from optimizer.folding_budget import MAX_FOLDED_ELEMENTS, predicted_elements
-from optimizer.match import const_array, is_const, is_op, opset
+from optimizer.match import const_array, is_const, opset
 from optimizer.rule import Fail, Rule, fail
 
 # Marks the initializers this rule created, so it can remove them once nothing reads them.
@@ -75,18 +75,21 @@ class ConstantFolding(Rule):
 
 def _fold(node: ir.Node, graph_opset: int, near_misses: list[tuple[ir.Node, Fail]]) -> list[np.ndarray] | None:
     """The node's outputs when it can and should be folded, else None."""
-    if (node.domain or "") != "" or node.op_type in NONDETERMINISTIC:
+    op_type = node.op_type
+    if (node.domain or "") != "" or op_type in NONDETERMINISTIC:
+        return None
+    # Every check here only says no, so the one that says it for most nodes goes first: after the
+    # first round nearly every node left reads a computed value (~700 nodes a round, 4 rounds).
+    if op_type != "Shape" and not all(v is None or is_const(v) for v in node.inputs):
         return None
     if any(v.is_graph_output() for v in node.outputs):
         return None
-    if is_op(node, "Shape"):
+    if op_type == "Shape":
         return _static_shape(node, graph_opset)
     if not constant_eval.can_evaluate(node):
         return None
     if any(v is not None and v.shape is not None and _too_big(v.shape) for v in node.outputs):
         return None  # shape inference already says the result is activation-sized
-    if not all(v is None or is_const(v) for v in node.inputs):
-        return None
     inputs = [None if v is None else const_array(v) for v in node.inputs]
     try:
         if predicted_elements(node.op_type, inputs) > MAX_FOLDED_ELEMENTS:
