@@ -138,6 +138,27 @@ def test_gelus_fall_back_on_strided_input(op, loop_calls):
     np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize(("approximate", "loop"), [("none", "gelu_rows"), ("tanh", "fast_gelu_rows")])
+@pytest.mark.parametrize("shape", [(2, 16, 64), (3, 13), (7,)])
+def test_onnx_gelu_takes_the_contrib_gelus_loops(approximate, loop, shape, loop_calls):
+    """ONNX's Gelu (opset 20, what exporters write from then on) computes com.microsoft.Gelu's and
+    FastGelu's formulas: the same loops, against onnxruntime; a strided input takes the array path."""
+    from onnx import helper
+
+    x = rand(*shape, scale=3)
+    node = helper.make_node("Gelu", ["X"], ["Y"], approximate=approximate)
+    graph = helper.make_graph([node], "gelu", [helper.make_tensor_value_info("X", F, shape)],
+                              [helper.make_tensor_value_info("Y", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    kernel = find_kernel("", "Gelu", 20)(ir.from_proto(model).graph[0], 20)
+    want = run_ort(model, {"X": x})[0]
+    np.testing.assert_allclose(kernel.run(x)[0], want, rtol=RTOL, atol=ATOL)
+    assert loop_calls == {loop: 1}
+    if len(shape) > 1:
+        np.testing.assert_allclose(kernel.run(strided(x))[0], want, rtol=RTOL, atol=ATOL)
+        assert loop_calls == {loop: 1}
+
+
 def test_fast_gelu_without_bias_takes_its_own_loop(loop_calls):
     check("FastGelu", {"X": rand(4, 13, scale=3)})
     assert loop_calls == {"fast_gelu_rows": 1}
