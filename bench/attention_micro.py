@@ -109,7 +109,7 @@ def _heads_read_on(library: str | None):
     from runtime.kernels import contrib_attention
 
     real = contrib_attention.head_library
-    with mock.patch.object(contrib_attention, "_head_library", lambda xp, *xs: real(xp, *xs) and library):
+    with mock.patch.object(contrib_attention, "head_library", lambda xp, *xs: real(xp, *xs) and library):
         yield
 
 

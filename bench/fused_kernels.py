@@ -13,7 +13,7 @@ attention softmax) are also timed on their numpy path (what any other dtype, lay
 gets), so the table shows what the compiled loop buys on its own, and with their loops
 compiled at LLVM's default vector width (`256-bit`), to show what `_wide_vectors` buys on this
 CPU. Attention is also timed with its heads copied out before the products (`copied`), the
-path it takes where `_head_library` names no library.
+path it takes where `head_library` names no library.
 
 Every column of a row is timed interleaved (one call of each in turn, medians), so a second
 process on the machine slows them alike.
@@ -55,7 +55,7 @@ BATCH, SEQ, HIDDEN, HEADS, INTERMEDIATE, VOCAB = 1, 128, 768, 12, 3072, 30522
 HEAD = HIDDEN // HEADS
 
 
-def kernel(op_type, n_inputs, n_outputs=1, domain=MS, **attrs):
+def kernel(op_type, n_inputs, n_outputs=1, domain=MS, opset=17, **attrs):
     """Our kernel for a one-node graph, built as the executor builds it."""
     node_proto = helper.make_node(
         op_type,
@@ -66,10 +66,10 @@ def kernel(op_type, n_inputs, n_outputs=1, domain=MS, **attrs):
     )
     graph_inputs = [helper.make_tensor_value_info(f"i{k}", 0, None) for k in range(n_inputs)]
     graph = helper.make_graph([node_proto], "g", graph_inputs, [])
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)]
     node = ir.from_proto(helper.make_model(graph, opset_imports=opsets)).graph[0]
-    opset = 1 if domain == MS else 17
-    return find_kernel(domain, op_type, opset)(node, opset)
+    version = 1 if domain == MS else opset
+    return find_kernel(domain, op_type, version)(node, version)
 
 
 def interleaved_ms(variants, runs):
@@ -129,7 +129,7 @@ def default_width():
 @contextlib.contextmanager
 def heads_copied():
     """Attention with its heads copied out (`_heads_contiguous`) instead of read in place."""
-    with mock.patch.object(contrib_attention, "_head_library", lambda xp, *arrays: None):
+    with mock.patch.object(contrib_attention, "head_library", lambda xp, *arrays: None):
         yield
 
 
@@ -156,6 +156,10 @@ def rand(*shape, scale=1.0):
 
 def chain_bias_gelu(a, b):
     x = a + b
+    return x * ((erf(np, x / np.float32(math.sqrt(2))) + 1) * np.float32(0.5))  # Div, Erf, Add, Mul, Mul
+
+
+def chain_gelu(x):
     return x * ((erf(np, x / np.float32(math.sqrt(2))) + 1) * np.float32(0.5))  # Div, Erf, Add, Mul, Mul
 
 
@@ -238,6 +242,7 @@ def cases():
     bias_gelu = kernel("BiasGelu", 2)
     fast_gelu = kernel("FastGelu", 2)
     quick_gelu = kernel("QuickGelu", 1)
+    onnx_gelu = kernel("Gelu", 1, domain="", opset=20)  # what exporters write from opset 20 on
     skip_ln = kernel("SkipLayerNormalization", 5)
     embed_ln = kernel("EmbedLayerNormalization", 8, 2)
     attention = kernel("Attention", 4, num_heads=HEADS)
@@ -262,6 +267,7 @@ def cases():
             lambda: chain_fast_gelu(inter, b_inter),
         ),
         ("QuickGelu (1x128x3072)", lambda: quick_gelu.run(inter), lambda: chain_quick_gelu(inter)),
+        ("Gelu, ONNX's, opset 20 (1x128x3072)", lambda: onnx_gelu.run(inter), lambda: chain_gelu(inter)),
         (
             "SkipLayerNorm +bias (1x128x768)",
             lambda: skip_ln.run(x, skip, gamma, beta, bias),
