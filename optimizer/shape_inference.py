@@ -127,7 +127,7 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
             continue  # declared already: nothing to read
         key = info.type.SerializeToString()
         if key not in tensor_types:
-            tensor_types[key] = _read_tensor_type(info.type)
+            tensor_types[key] = read_tensor_type(info.type)
         read = tensor_types[key]
         if read is None:  # a sequence, an optional, a denotation: onnx-ir's reader knows them
             read = (ir.serde.deserialize_type_proto_for_type(info.type),
@@ -142,7 +142,7 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
             _refine(value, read[1], named)
 
 
-def _read_tensor_type(proto: onnx.TypeProto) -> tuple[ir.DataType | None, ir.Shape | None] | None:
+def read_tensor_type(proto: onnx.TypeProto) -> tuple[ir.DataType | None, ir.Shape | None] | None:
     """A plain tensor type's dtype and shape, read as onnx-ir's serde reads them (frozen shape, a
     missing dimension unknown), with a few protobuf accesses per dimension instead of onnx-ir's
     wrapped calls: reading back ~530 inferred types through serde cost ~3 ms of a tiny GPT-2's

@@ -208,10 +208,10 @@ def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
             if not dim.HasField("dim_value") and value.name not in initializers:
                 dim.dim_value = batch if axis == 0 else other
     inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-    return _InferredShapes(inferred.graph, {t.name: tuple(t.dims) for t in proto.graph.initializer})
+    return InferredShapes(inferred.graph, {t.name: tuple(t.dims) for t in proto.graph.initializer})
 
 
-class _InferredShapes(Mapping):
+class InferredShapes(Mapping):
     """Static shapes by value name, each read off the inferred graph when first asked for.
 
     Rules ask for a handful of values' shapes; reading all ~1,100 value infos of a tiny GPT-2

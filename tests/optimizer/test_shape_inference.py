@@ -62,7 +62,7 @@ def test_a_graph_listed_out_of_order_still_gets_its_shapes():
 def test_inferred_types_are_read_as_onnx_irs_serde_reads_them():
     import onnx_ir as ir  # the module's tests use onnx's helpers only
 
-    from optimizer.shape_inference import _read_tensor_type
+    from optimizer.shape_inference import read_tensor_type
 
     dims = helper.make_tensor_type_proto(TensorProto.FLOAT16, ["batch", 4, None])
     no_shape = helper.make_tensor_type_proto(TensorProto.INT64, None)
@@ -70,7 +70,7 @@ def test_inferred_types_are_read_as_onnx_irs_serde_reads_them():
     no_elem = helper.make_tensor_type_proto(TensorProto.FLOAT, [2])
     no_elem.tensor_type.ClearField("elem_type")
     for proto in (dims, no_shape, scalar, no_elem):
-        dtype, shape = _read_tensor_type(proto)
+        dtype, shape = read_tensor_type(proto)
         expected_type = ir.serde.deserialize_type_proto_for_type(proto)
         assert (None if dtype is None else ir.TensorType(dtype)) == expected_type
         expected = ir.serde.deserialize_type_proto_for_shape(proto)
@@ -82,4 +82,4 @@ def test_inferred_types_are_read_as_onnx_irs_serde_reads_them():
     denoted = helper.make_tensor_type_proto(TensorProto.FLOAT, ["batch"])
     denoted.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
     sequence = helper.make_sequence_type_proto(dims)
-    assert _read_tensor_type(denoted) is None and _read_tensor_type(sequence) is None
+    assert read_tensor_type(denoted) is None and read_tensor_type(sequence) is None

@@ -57,7 +57,7 @@ def test_a_size_read_from_the_data_is_refused():
 
 
 def test_pinned_shapes_are_read_when_asked_as_one_dict_would_hold_them():
-    from optimizer.shape_probe import _InferredShapes
+    from optimizer.shape_probe import InferredShapes
 
     graph = helper.make_graph(
         [], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
@@ -65,9 +65,9 @@ def test_pinned_shapes_are_read_when_asked_as_one_dict_would_hold_them():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])],
         value_info=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [5]),
                     helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])])
-    shapes = _InferredShapes(graph, {"w": (7,)})
+    shapes = InferredShapes(graph, {"w": (7,)})
     # inputs over value infos, initializers over all; a symbolic dimension is no static shape
     assert dict(shapes) == {"x": (2, 3), "z": (4,), "w": (7,)}
     assert "y" not in shapes and shapes.get("y") is None and shapes.get("nothing") is None
     assert shapes["z"] == (4,) and len(shapes) == 3 and shapes
-    assert not _InferredShapes(helper.make_graph([], "empty", [], []), {})
+    assert not InferredShapes(helper.make_graph([], "empty", [], []), {})
