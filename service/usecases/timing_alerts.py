@@ -19,6 +19,7 @@ goes back to the commit where the step began (`_step_began_before`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -185,7 +186,7 @@ def evaluate(
             return []
         since = _since_alert(session, here, result, policy)
         return (_confirm_if_agrees(session, here, result, alerts, threshold_pct, policy, since)
-                or _measure_again(session, here, result, alerts, threshold_pct, policy, since))
+                or _measure_again(here, result, alerts, threshold_pct, policy, since))
     if (alert := pending(ancestry, alerts)) is not None:
         since = _since_alert(session, alert, result, policy)
         confirmed = _confirm_if_agrees(session, alert, result, alerts, threshold_pct, policy, since)
@@ -322,11 +323,13 @@ def _too_common(screened: Screened, jobs: list[timing.Job], ancestry: list, aler
 @dataclass(frozen=True)
 class _SinceAlert:
     """What deciding on a suspected alert reads, once per posted result: the alerted result, its measured
-    ancestry and the alerted commit's other re-measurements (in the order they came)."""
+    ancestry and the alerted commit's other re-measurements (in the order they came), and the machine's
+    series (read at most once, and only if a confirmation is judged: both deciders may ask)."""
 
     alerted: Result
     ancestry: list[Result]
     remeasured: list[Result]
+    machine: Machine
 
 
 def _since_alert(session: Session, alert: Alert, result: Result, policy: timing.TimingPolicy) -> _SinceAlert:
@@ -334,15 +337,16 @@ def _since_alert(session: Session, alert: Alert, result: Result, policy: timing.
     remeasured = list(session.scalars(
         select(Result).where(Result.commit_id == alert.commit_id, Result.fingerprint == alerted.fingerprint,
                              Result.id != alert.result_id, Result.id != result.id).order_by(Result.id)))
-    return _SinceAlert(alerted, measured_ancestry(session, alerted, policy), remeasured)
+    return _SinceAlert(alerted, measured_ancestry(session, alerted, policy), remeasured,
+                       functools.cache(lambda: machine_levels(session, result, policy)))
 
 
-def _measure_again(session: Session, alert: Alert, result: Result, alerts: dict[int, Alert], threshold_pct: float,
+def _measure_again(alert: Alert, result: Result, alerts: dict[int, Alert], threshold_pct: float,
                    policy: timing.TimingPolicy, since: _SinceAlert) -> list[Alert]:
     """[alert], still suspected, when `result` (a re-measurement of its commit) asks for one more
     (`measure_again`): remeasure.py queues it, a client re-posts."""
     verdict = measure_again(since.alerted, since.ancestry, alerts, [*since.remeasured, result], threshold_pct, policy,
-                            lambda: machine_levels(session, result, policy))
+                            since.machine)
     if verdict is None:
         return []
     if verdict.regressed:
@@ -369,7 +373,7 @@ def _confirm_if_agrees(
     here = result.commit_id == alert.commit_id
     remeasured, later = ([*since.remeasured, result], []) if here else (since.remeasured, [result])
     verdict = confirmation(since.alerted, ancestry, alerts, remeasured, later, threshold_pct, policy,
-                           lambda: machine_levels(session, result, policy))
+                           since.machine)
     if verdict is None:
         return []
     commit = session.get(Commit, result.commit_id)
