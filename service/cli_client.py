@@ -19,8 +19,10 @@ import json
 import math
 import os
 import statistics
+import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -106,7 +108,7 @@ class Server:
         handles = []
         try:
             for path in models:
-                handles.append(("files", (path.name, path.open("rb"), "application/octet-stream")))
+                handles.append(("files", upload_of(path)))
             # A fresh delivery id: should this request be retried (by a proxy, say), the server answers
             # with the run it started the first time instead of measuring the commit twice.
             delivery = {"X-Fusionwatch-Delivery": uuid.uuid4().hex}
@@ -145,6 +147,50 @@ class Server:
 
     def post_results(self, document: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", f"{API}/results", json=finite(document))
+
+
+def upload_of(path: Path) -> tuple[str, Any, str]:
+    """What is sent for one model export: the file itself, or, for an .onnx whose tensors live in data
+    files beside it (the dynamo exporter writes `model.onnx.data`), one flat zip of the .onnx and those
+    files, as the service takes such a model. Data files not found beside it are left to the server,
+    whose refusal names the tensor and the file."""
+    if path.suffix.lower() == ".onnx":
+        beside = [path.parent / name for name in external_locations(path)]
+        if beside and all(file.is_file() for file in beside):
+            packed = tempfile.TemporaryFile()
+            with zipfile.ZipFile(packed, "w", zipfile.ZIP_STORED) as archive:  # weights barely compress
+                for file in (path, *beside):
+                    archive.write(file, file.name)
+            packed.seek(0)
+            return f"{path.stem}.zip", packed, "application/zip"
+    return path.name, path.open("rb"), "application/octet-stream"
+
+
+def external_locations(path: Path) -> list[str]:
+    """The data files an .onnx's tensors name (`external_data` location), each once, only where they
+    lie directly beside it (a zip for the service is flat); the tensors themselves are not read."""
+    import onnx  # here: the other commands need no protobuf parsing at start-up
+
+    model = onnx.load(str(path), load_external_data=False)
+    found: dict[str, None] = {}
+    for tensor in _tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+            if location and Path(location).name == location:
+                found[location] = None
+    return list(found)
+
+
+def _tensors(graph) -> Iterable[Any]:
+    """Every TensorProto of a GraphProto: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _tensors(subgraph)
 
 
 def auth_headers() -> dict[str, str]:
@@ -297,7 +343,7 @@ class WaitFor(StrEnum):
 
 
 def submit_command(
-    models: Annotated[list[Path], typer.Argument(help="the commit's ONNX exports (.onnx, or .zip with external data)")],
+    models: Annotated[list[Path], typer.Argument(help="the commit's ONNX exports (.onnx, sent with the external data files beside it that it names, or .zip)")],
     server: Annotated[str, typer.Option("--server", help="the service, e.g. http://127.0.0.1:8000 (with a write token in FUSIONWATCH_TOKEN; FUSIONWATCH_WEBHOOK_SECRET signs the delivery)")],
     project: Annotated[str, typer.Option("--project", help="project name")],
     commit: Annotated[str | None, typer.Option("--commit", help="commit sha (in GitHub Actions and GitLab CI: the job's commit)")] = None,

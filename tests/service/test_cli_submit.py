@@ -127,3 +127,30 @@ def test_submit_wait_for_fusions_fails_the_step_before_the_timings_are_in(tmp_pa
         [run_line] = [line for line in b.stdout.splitlines() if line.startswith("run ")]
         run = api_get(f"{base}/runs/{run_line.split()[1].rstrip(':')}").json()
         assert run["fusions"]["verdict"] == "regression"
+
+
+def test_an_export_with_its_data_file_beside_it_is_sent_as_one_zip_the_service_unpacks(tmp_path):
+    """The dynamo exporter writes model.onnx and model.onnx.data; the service takes such a model as one
+    flat zip, so submit packs the two (and only what the .onnx names), and the series keeps the name."""
+    from service.adapters.storage import unpack_upload
+    from service.cli_client import upload_of
+
+    model = onnx.load(BERT)
+    onnx.save_model(model, tmp_path / "bert.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="bert.onnx.data", size_threshold=0)
+    (tmp_path / "notes.txt").write_text("not named by the model")
+    name, handle, kind = upload_of(tmp_path / "bert.onnx")
+    with handle:
+        sent = handle.read()
+    assert (name, kind) == ("bert.zip", "application/zip")
+    model_name, files = unpack_upload([(name, sent)], max_bytes=1 << 30)
+    assert model_name == "bert.onnx" and sorted(files) == ["bert.onnx", "bert.onnx.data"]
+    assert files["bert.onnx.data"] == (tmp_path / "bert.onnx.data").read_bytes()
+
+    # A self-contained export goes as it is; one whose data file is missing too, for the server to name.
+    onnx.save_model(model, tmp_path / "whole.onnx")
+    (tmp_path / "bert.onnx.data").unlink()
+    for path in (tmp_path / "whole.onnx", tmp_path / "bert.onnx"):
+        name, handle, kind = upload_of(path)
+        handle.close()
+        assert (name, kind) == (path.name, "application/octet-stream")
