@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,17 +52,17 @@ class Decision:
 
 def decide_sequentially(baseline: np.ndarray, candidate: np.ndarray, block_s: np.ndarray,
                         policy: paired.PairedPolicy) -> Decision:
-    """measure_paired's loop on recorded blocks: decide after each pair, stop when decided, when the
-    machine seconds are spent or when the pairs run out. block_s: [pairs] seconds of both blocks."""
+    """measure_paired's loop on recorded blocks (`paired.AdaptiveStop` after each pair), or as far as
+    the pairs go. block_s: [pairs] seconds of both blocks."""
     spent = np.cumsum(block_s)
+    stop = paired.AdaptiveStop(policy)
     last = min(len(baseline), policy.max_pairs)
     for n in range(1, last + 1):
-        # Below min_pairs decide_paired always answers inconclusive: only the time limit can stop there.
-        if n >= policy.min_pairs or n == last or spent[n - 1] >= policy.max_seconds:
-            verdict = paired.decide_paired(baseline[:n], candidate[:n], policy)
-            if verdict.decided or spent[n - 1] >= policy.max_seconds:
-                return Decision(verdict.word, n, float(spent[n - 1]))
-    return Decision(verdict.word, last, float(spent[last - 1]))
+        # The recorded pairs running out ends the job as its budget would.
+        machine_s = math.inf if n == last else float(spent[n - 1])
+        if stop.after_pair(baseline[:n], candidate[:n], machine_s) is not None:
+            break
+    return Decision(stop.verdict.word, n, float(spent[n - 1]))
 
 
 class Capture:

@@ -18,8 +18,14 @@ more it says:
 - "improved": the interval lies below 1 and the estimate at most 1 / (1 + the minimum effect);
 - "within noise": the interval lies inside (1 / (1 + effect), 1 + effect): whatever changed is smaller
   than the least change that counts;
-- "inconclusive": none of these yet. Measuring goes on (`adaptive`) until one holds or the job's
+- "inconclusive": none of these yet. Measuring goes on (`AdaptiveStop`) until one holds or the job's
   budget of pairs or machine seconds is spent; a job that ends inconclusive raises nothing.
+
+Deciding after every pair looks at the data up to 55 times, and a few early pairs whose candidate
+blocks drew a scheduler slice can read as a 5% rise with an interval above 1 (epyc1's capture: 35
+false alarms in 32,000 null jobs, all called within the first pairs). So a "regressed" called after n
+pairs stands only when the next n pairs, on their own, say "regressed" too: a replication, paid for
+only by jobs that regress (`AdaptiveStop`).
 
 A whole-job slowdown multiplies both sides of every pair and leaves each ratio as it was, which is the
 point. The decision is pure (numbers in, a verdict out) for the tests and `make bench-detect`.
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -105,6 +111,50 @@ def decide_paired(baseline: Sequence[float], candidate: Sequence[float], policy:
         elif 1 / effect < low and high < effect:
             word = WITHIN_NOISE
     return PairedVerdict(word, ratio, low, high, n, policy.confidence, policy.min_effect_pct)
+
+
+class AdaptiveStop:
+    """When the adaptive loop stops, and its verdict: after each pair, `after_pair` with every pair so
+    far and the machine seconds spent returns why measuring stops, or None to time another pair.
+
+    "within noise" and "improved" stop at once. "regressed" called after n pairs is checked on the next
+    n pairs alone (fewer where the budget ends first): it stands when they say "regressed" too, and the
+    pairs together still do; otherwise measuring goes on as before, and a regression called again later
+    is checked the same way. A job whose budget ends on an unchecked or failed check is inconclusive."""
+
+    def __init__(self, policy: PairedPolicy = DEFAULT_PAIRED_POLICY):
+        self.policy = policy
+        self.called_at: int | None = None  # pairs when "regressed" was called and not yet checked
+        self.verdict: PairedVerdict | None = None
+
+    def after_pair(self, baseline: Sequence[float], candidate: Sequence[float], machine_s: float) -> str | None:
+        policy, n = self.policy, len(baseline)
+        spent = n >= policy.max_pairs or machine_s >= policy.max_seconds
+        budget = (f"the job's {policy.max_pairs} pairs were measured" if n >= policy.max_pairs else
+                  f"the job's {policy.max_seconds:g} s of machine time were spent ({n} pairs)")
+        if not spent and (n < policy.min_pairs or (self.called_at is not None and n < 2 * self.called_at)):
+            return None  # nothing could be decided yet: spare the interval's cost
+        whole = decide_paired(baseline, candidate, policy)
+        self.verdict = whole
+        if self.called_at is not None:
+            called = self.called_at
+            self.called_at = None
+            fresh = decide_paired(baseline[called:], candidate[called:], policy)
+            if fresh.word == REGRESSED and whole.word == REGRESSED:
+                return f"regressed after {called} pairs, and again on the {n - called} pairs after"
+            if spent:
+                self.verdict = replace(whole, word=INCONCLUSIVE) if whole.word == REGRESSED else whole
+                checked = ("did not hold on" if n - called >= policy.min_pairs else "could not be checked on only")
+                return f"{budget}; the regression called after {called} pairs {checked} the {n - called} pairs after"
+        if whole.word == REGRESSED:
+            if spent:
+                self.verdict = replace(whole, word=INCONCLUSIVE)
+                return f"{budget} before the regression called after {n} pairs could be checked"
+            self.called_at = n
+            return None
+        if whole.decided:
+            return f"decided after {n} pairs"
+        return budget if spent else None
 
 
 def with_decision(pairs: dict, policy: PairedPolicy) -> dict:

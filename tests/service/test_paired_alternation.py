@@ -1,10 +1,11 @@
 """service/adapters/paired_measure.alternate on sides whose run times are known: new sessions settle
-before blocks are sized or timed, and the sides are timed in pair order."""
+before blocks are sized or timed, and the sides are timed in pair order; an inconclusive job is timed
+once more."""
 
 from __future__ import annotations
 
-from service.adapters.paired_measure import alternate
-from service.domain.paired import DEFAULT_PAIRED_POLICY, WITHIN_NOISE
+from service.adapters.paired_measure import PairedTiming, alternate, with_second_try
+from service.domain.paired import DEFAULT_PAIRED_POLICY, INCONCLUSIVE, REGRESSED, WITHIN_NOISE, PairedVerdict
 
 
 class Machine:
@@ -49,3 +50,23 @@ def test_an_identical_model_whose_first_session_settles_slowly_is_within_noise()
     assert timing.stopped == "decided after 8 pairs"
     timed = machine.calls[-16:]
     assert timed == ["A", "B", "B", "A"] * 4
+
+
+def _timing(word: str, machine_s: float, stopped: str) -> PairedTiming:
+    verdict = PairedVerdict(word, 1.0, 0.9, 1.1, 60, 0.99, 5.0)
+    return PairedTiming(baseline_ms=[1.0], candidate_ms=[1.0], machine_s=machine_s, stopped=stopped, verdict=verdict)
+
+
+def test_an_inconclusive_job_is_timed_once_more_and_the_second_try_decides():
+    tries = iter([_timing(INCONCLUSIVE, 6.0, "the job's 60 pairs were measured"),
+                  _timing(REGRESSED, 2.0, "regressed after 8 pairs, and again on the 8 pairs after")])
+    timing = with_second_try(lambda: next(tries))
+    assert timing.verdict.word == REGRESSED and timing.machine_s == 8.0
+    assert timing.stopped == ("regressed after 8 pairs, and again on the 8 pairs after (a second try: the first "
+                              "ended inconclusive, the job's 60 pairs were measured)")
+
+
+def test_a_decided_job_is_timed_once():
+    calls = []
+    timing = with_second_try(lambda: calls.append(1) or _timing(WITHIN_NOISE, 1.0, "decided after 8 pairs"))
+    assert calls == [1] and timing.stopped == "decided after 8 pairs"

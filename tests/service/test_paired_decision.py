@@ -13,6 +13,8 @@ from service.domain.paired import (
     INCONCLUSIVE,
     REGRESSED,
     WITHIN_NOISE,
+    AdaptiveStop,
+    PairedPolicy,
     decide_paired,
     hodges_lehmann_interval,
     pair_order,
@@ -29,12 +31,21 @@ def _pairs(rng, n: int, effect: float, job_slowdown: float = 1.0, noise: float =
 
 
 def _sequential(baseline, candidate, policy=DEFAULT_PAIRED_POLICY):
-    """Decide after each pair, as the worker does, until decided or out of pairs."""
-    for n in range(policy.min_pairs, len(baseline) + 1):
-        verdict = decide_paired(baseline[:n], candidate[:n], policy)
-        if verdict.decided:
-            return verdict
-    return verdict
+    """Decide after each pair, as the worker does (AdaptiveStop), until it stops or the pairs run out."""
+    stop = AdaptiveStop(policy)
+    for n in range(1, len(baseline) + 1):
+        if stop.after_pair(baseline[:n], candidate[:n], 0.0) is not None:
+            break
+    return stop.verdict
+
+
+def _run(baseline, candidate, policy=DEFAULT_PAIRED_POLICY):
+    """(verdict, pairs, why it stopped) of AdaptiveStop over the given pairs, their last ending the job."""
+    stop = AdaptiveStop(policy)
+    for n in range(1, len(baseline) + 1):
+        if (why := stop.after_pair(baseline[:n], candidate[:n], math.inf if n == len(baseline) else 0.0)) is not None:
+            return stop.verdict, n, why
+    raise AssertionError("the last pair must stop it")
 
 
 def test_a_whole_job_slowdown_of_both_sides_never_alerts():
@@ -90,3 +101,40 @@ def test_blocks_alternate_and_fill_the_block_time():
     assert [pair_order(p) for p in range(4)] == [("A", "B"), ("B", "A"), ("A", "B"), ("B", "A")]
     assert runs_per_block(0.0001) == 200 and runs_per_block(0.001) == 50 and runs_per_block(0.02) == 2
     assert runs_per_block(2.0) == 1
+
+
+def test_a_regression_stands_only_when_the_next_as_many_pairs_repeat_it():
+    rng = np.random.default_rng(5)
+    wobble = np.exp(rng.normal(0, 0.002, 60))
+    verdict, pairs, why = _run(np.ones(60), 1.12 * wobble)
+    assert (verdict.word, pairs) == (REGRESSED, 16)
+    assert why == "regressed after 8 pairs, and again on the 8 pairs after"
+    assert verdict.pairs == 16 and 1.11 < verdict.ratio < 1.13
+
+
+def test_a_rise_in_the_first_pairs_alone_is_not_a_regression():
+    # The first eight candidate blocks drew a scheduler slice each (+15%), the rest did not: called
+    # after 8 pairs on the rise, checked on the next 8, which are level, and never regressed after.
+    rng = np.random.default_rng(6)
+    candidate = np.exp(rng.normal(0, 0.002, 60))
+    candidate[:8] *= 1.15
+    verdict, pairs, why = _run(np.ones(60), candidate)
+    assert decide_paired(np.ones(8), candidate[:8]).word == REGRESSED  # what the old rule stopped on
+    assert verdict.word == WITHIN_NOISE and why == f"decided after {pairs} pairs" and pairs > 16
+
+
+def test_a_budget_that_ends_before_the_check_is_inconclusive():
+    short = PairedPolicy(max_pairs=12)
+    verdict, pairs, why = _run(np.ones(60), np.full(60, 1.12), short)
+    assert (verdict.word, pairs) == (INCONCLUSIVE, 12)
+    assert why == ("the job's 12 pairs were measured; the regression called after 8 pairs could not be "
+                   "checked on only the 4 pairs after")
+    verdict, pairs, why = _run(np.ones(8), np.full(8, 1.12))  # the budget ends at the call itself
+    assert verdict.word == INCONCLUSIVE and why.endswith("before the regression called after 8 pairs could be checked")
+    assert verdict.ratio == pytest.approx(1.12)
+
+
+def test_improved_and_within_noise_stop_at_once():
+    verdict, pairs, _ = _run(np.ones(60), np.full(60, 0.9))
+    assert (verdict.word, pairs) == (IMPROVED, 8)
+    assert _run(np.ones(60), np.ones(60))[2] == "decided after 8 pairs"

@@ -4,6 +4,7 @@ process, alternately, and the timing verdict is the paired one; POST /results ta
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -76,7 +77,7 @@ def test_a_slower_model_is_regressed_on_paired_blocks_and_an_identical_one_is_wi
     run_c = _post_commit(client, c, [b], _slower(BERT, tmp_path))
     paired_c = _paired_of(client, c)
     assert paired_c["word"] == "regressed" and paired_c["ratio"] > 1.5 and paired_c["low"] > 1
-    assert paired_c["stopped"].startswith("decided after ")
+    assert re.fullmatch(r"regressed after (\d+) pairs, and again on the \1 pairs after", paired_c["stopped"])
     [alert] = [x for x in run_c["alerts"] if x["kind"] == "timing-regression"]
     assert alert["state"] == "confirmed"  # no re-measurement: a slow moment slowed both sides
     assert "candidate / baseline = " in alert["message"] and "paired blocks" in alert["message"]
