@@ -51,6 +51,17 @@ CAPTURES = (
             "unpaired 00:12:58-00:16:02, paired 00:16:05-00:24:09, taken after the machine's count in the unpaired "
             "path's null chance (f718829) was committed (60 pairs a job, blocks of 50 ms after settling); "
             "another engineer's executor benchmarks and tests running", held_out=True),
+    Capture("zen5b", "detect_noise_zen5b.npz", "paired_noise_zen5b.npz",
+            "session 15, 2-core AMD EPYC VM (family 26 model 2, Zen 5: the first paired capture of another CPU kind), "
+            "2026-11-29 UTC, unpaired 02:53:02-02:56:04, paired 02:56:12-03:00:37, with the rules of 5f70054 "
+            "(60 pairs a job, blocks of 50 ms after settling); the paired path's replicated regression (b0276f9) "
+            "was written on epyc1 and epyc2 after it was taken and before it was replayed; another engineer's "
+            "optimizer work and the lead's paired tests running", held_out=True),
+    Capture("zen5c", "detect_noise_zen5c.npz", "paired_noise_zen5c.npz",
+            "session 15, the same VM as zen5b (family 26 model 2), 2026-11-29 UTC, unpaired 03:04:53-03:07:54, "
+            "paired 03:07:58-03:12:05, taken after the paired path's replicated regression and second try "
+            "(b0276f9) were committed: the held-out capture of the rules as they stand; make bench-detect "
+            "and another engineer's optimizer benchmarks running", held_out=True),
 )
 
 
