@@ -80,7 +80,7 @@ def optimize(
                 misses: list[NearMiss] = []
                 count = apply_rule(rule, graph, stats[rule.name], misses, anchors)
                 near_misses.extend(misses)
-                if count or not rule.anchors:
+                if count:
                     anchors.invalidate()
                 if count and rule.refines_shapes and static_inputs:
                     infer_shapes(model, refine=True)
@@ -124,8 +124,9 @@ class _AnchorIndex:
 
     Most rules find no anchor or fire nowhere in most rounds; scanning the whole graph once
     per rule cost more than matching did (23 rules x 3,000 nodes on GPT-2). A rule that
-    matched but did not fire leaves the graph as it was, so only a firing rule, or a
-    whole-graph rule (which may change nodes without counting), invalidates the index.
+    matched but did not fire leaves the graph as it was, and a whole-graph rule counts every
+    change it makes (a fold, a merge, a converted region), so only a firing rule invalidates
+    the index.
     """
 
     def __init__(self, graph: ir.Graph) -> None:
