@@ -341,7 +341,7 @@ def unique_initializer(op: ir.tape.Tape, graph: ir.Graph, data: np.ndarray | ir.
     while f"{stem}_{index}" in taken:
         index += 1
     name = f"{stem}_{index}"
-    tensor = ir.tensor(data) if isinstance(data, np.ndarray) else data
+    tensor = ir.Tensor(data) if isinstance(data, np.ndarray) else data
     tensor.name = name
     return op.initializer(tensor, name=name)
 
