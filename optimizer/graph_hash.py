@@ -30,27 +30,26 @@ def _attribute_text(attribute: ir.Attr) -> str:
 
 
 def graph_hash(graph: ir.Graph) -> str:
+    """The graph's lines hashed at once (the digest of their concatenation is the digest of each in
+    turn): one update per node, and a second lookup per value, cost a fifth of the hash."""
     ids: dict[int, str] = {}
 
     def ref(value: ir.Value | None) -> str:
         if value is None:
             return "-"
-        key = id(value)
-        if key not in ids:
-            if value.const_value is not None:
-                ids[key] = f"c{len(ids)}:{value.dtype}{tuple(value.const_value.shape)}"
-            else:
-                ids[key] = f"v{len(ids)}"
-        return ids[key]
+        text = ids.get(id(value))
+        if text is None:
+            const = value.const_value
+            text = f"c{len(ids)}:{value.dtype}{tuple(const.shape)}" if const is not None else f"v{len(ids)}"
+            ids[id(value)] = text
+        return text
 
-    digest = hashlib.sha256()
-    for value in graph.inputs:
-        digest.update(f"in {ref(value)} {value.dtype}\n".encode())
+    lines = [f"in {ref(value)} {value.dtype}\n" for value in graph.inputs]
     for node in graph:
-        attrs = ",".join(_attribute_text(a) for _, a in sorted(node.attributes.items()))
-        ins = ",".join(ref(v) for v in node.inputs)
-        outs = ",".join(ref(v) for v in node.outputs)
-        digest.update(f"{op_key(node)}({ins})->{outs}[{attrs}]\n".encode())
-    for value in graph.outputs:
-        digest.update(f"out {ref(value)}\n".encode())
-    return digest.hexdigest()[:16]
+        attributes = node.attributes
+        attrs = ",".join(_attribute_text(a) for _, a in sorted(attributes.items())) if attributes else ""
+        ins = ",".join([ref(v) for v in node.inputs])
+        outs = ",".join([ref(v) for v in node.outputs])
+        lines.append(f"{op_key(node)}({ins})->{outs}[{attrs}]\n")
+    lines += [f"out {ref(value)}\n" for value in graph.outputs]
+    return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]

@@ -93,7 +93,9 @@ class Rule:
         that stand for `match.outputs`, in that order.
 
         The tape is not bound to the graph: the driver inserts its nodes and initializers, rewires
-        consumers and removes `match.nodes`.
+        consumers and removes `match.nodes`. A new weight is `ir.Tensor(array)`: `ir.tensor` first
+        tests its argument against runtime-checkable Protocols, ~35 µs a call, more than the rest
+        of a ReshapeFusion rewrite.
         """
         raise NotImplementedError
 

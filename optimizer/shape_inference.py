@@ -168,13 +168,17 @@ def in_order(graph: ir.Graph) -> bool:
     access, several times slower. A node with subgraphs reads outer values its inputs do not
     list, so a graph with one is left to that check (and the driver's final sort to onnx-ir's)."""
     seen: set[ir.Node] = set()
-    for node in graph:
-        if any(attribute.type in _GRAPH_ATTRIBUTES for attribute in node.attributes.values()):
-            return False
+    for node in graph:  # plain loops: generator expressions cost a third of this walk on ~500 nodes
+        attributes = node.attributes
+        if attributes:
+            for attribute in attributes.values():
+                if attribute.type in _GRAPH_ATTRIBUTES:
+                    return False
         for value in node.inputs:
-            producer = None if value is None else value.producer()
-            if producer is not None and producer not in seen:
-                return False
+            if value is not None:
+                producer = value.producer()
+                if producer is not None and producer not in seen:
+                    return False
         seen.add(node)
     return True
 

@@ -181,34 +181,28 @@ def _infer_pinned(graph: ir.Graph) -> tuple[Shapes, Shapes]:
 
 def _both(proto: onnx.ModelProto) -> tuple[Shapes, Shapes]:
     """What both runs share is done once, on one copy: the inferred value infos and declared
-    output shapes cleared, onnxruntime's ops swapped for stand-ins. Each run then pins a copy of that."""
+    output shapes cleared, onnxruntime's ops swapped for stand-ins. Each run then pins that copy's
+    symbolic input dimensions in place (inference reads a serialized copy of its own)."""
     shared = onnx.ModelProto()
     shared.CopyFrom(proto)
     del shared.graph.value_info[:]
     for value in shared.graph.output:  # declared symbolic; the pinned run finds numbers
         value.type.tensor_type.ClearField("shape")
     _use_stand_ins(shared)
+    initializers = {t.name: tuple(t.dims) for t in shared.graph.initializer}
+    symbolic = [(axis, dim) for value in shared.graph.input if value.name not in initializers
+                for axis, dim in enumerate(value.type.tensor_type.shape.dim) if not dim.HasField("dim_value")]
     runs = []
-    for sizes in (FIRST_SIZES, SECOND_SIZES):
-        copy = onnx.ModelProto()
-        copy.CopyFrom(shared)
+    for batch, other in (FIRST_SIZES, SECOND_SIZES):
+        for axis, dim in symbolic:
+            dim.dim_value = batch if axis == 0 else other
         try:
-            runs.append(_run(copy, sizes))
+            inferred = onnx.shape_inference.infer_shapes(shared, check_type=False, strict_mode=False, data_prop=True)
+            runs.append(InferredShapes(inferred.graph, initializers))
         except (onnx.shape_inference.InferenceError, RuntimeError, ValueError) as error:
             log.warning("pinned shape inference failed: %s", shorten(str(error), 300))
             runs.append({})
     return runs[0], runs[1]
-
-
-def _run(proto: onnx.ModelProto, sizes: tuple[int, int]) -> Shapes:
-    batch, other = sizes
-    initializers = {t.name for t in proto.graph.initializer}
-    for value in proto.graph.input:
-        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
-            if not dim.HasField("dim_value") and value.name not in initializers:
-                dim.dim_value = batch if axis == 0 else other
-    inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-    return InferredShapes(inferred.graph, {t.name: tuple(t.dims) for t in proto.graph.initializer})
 
 
 class InferredShapes(Mapping):
@@ -256,45 +250,50 @@ def _use_stand_ins(proto: onnx.ModelProto) -> None:
     """Swap onnxruntime's ops, which onnx cannot infer, for standard ones with the same output
     shapes (this copy of the graph is only ever inferred, never run), so one inference pass goes
     on through them: a same-shape op becomes Identity, EmbedLayerNormalization the word lookup,
-    Attention a product with a stand-in weight of the output's width. The node list is rebuilt
-    only where a node was swapped: the graph as loaded usually has none of these ops, and
-    rebuilding copies every node."""
-    nodes = []
-    swapped = False
-    for node in proto.graph.node:
-        key = (node.domain, node.op_type)
-        if key in SAME_SHAPE_OPS:  # the Skip ops' 4th output is the residual sum: the same shape too
-            kept = (0, 3) if node.op_type.startswith("Skip") else (0,)
-            nodes += [onnx.helper.make_node("Identity", [node.input[0]], [node.output[i]])
-                      for i in kept if i < len(node.output) and node.output[i]]
-        elif key == (MS, "EmbedLayerNormalization") and len(node.input) > 2:
-            nodes += [onnx.helper.make_node("Gather", [node.input[2], node.input[0]], [node.output[i]])
-                      for i in (0, 2) if i < len(node.output) and node.output[i]]
-        elif key == (MS, "Attention") and not any(a.name == "qkv_hidden_sizes" for a in node.attribute):
-            weight = f"{node.output[0]}/stand_in_weight"
-            nodes += [
-                onnx.helper.make_node("Shape", [node.input[1]], [f"{weight}/shape"]),
-                onnx.helper.make_node("Div", [f"{weight}/shape", f"{weight}/thirds"], [f"{weight}/dims"]),
-                onnx.helper.make_node("ConstantOfShape", [f"{weight}/dims"], [weight]),
-                onnx.helper.make_node("MatMul", [node.input[0], weight], [node.output[0]]),
-            ]
-            proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, 3], np.int64), f"{weight}/thirds"))
-        elif key == (MS, "FusedGemm"):
-            kept = [a for a in node.attribute if a.name in ("transA", "transB", "alpha", "beta")]
-            stand_in = onnx.helper.make_node("Gemm", list(node.input[:3]), [node.output[0]])
-            stand_in.attribute.extend(kept)
-            nodes.append(stand_in)
-        elif key == (MS, "FusedMatMul") and all(
-            a.name == "alpha" for a in node.attribute if onnx.helper.get_attribute_value(a)
-        ):
-            nodes.append(onnx.helper.make_node("MatMul", list(node.input[:2]), [node.output[0]]))
-        else:
-            nodes.append(node)
-            continue
-        swapped = True
-    if swapped:
-        del proto.graph.node[:]
-        proto.graph.node.extend(nodes)
+    Attention a product with a stand-in weight of the output's width. A node swapped for one
+    node is overwritten where it stands; the node list is rebuilt only where a swap changes the
+    count, since rebuilding copies every node (most of this function's cost on a tiny GPT-2, whose
+    LayerNormalizations become Identities)."""
+    swaps = [(index, stand_ins) for index, node in enumerate(proto.graph.node)
+             if (stand_ins := _stand_ins(node, proto)) is not None]
+    if all(len(stand_ins) == 1 for _, stand_ins in swaps):
+        for index, (stand_in,) in swaps:
+            proto.graph.node[index].CopyFrom(stand_in)
+        return
+    swapped = dict(swaps)
+    nodes = [new for index, node in enumerate(proto.graph.node) for new in swapped.get(index, [node])]
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+
+
+def _stand_ins(node: onnx.NodeProto, proto: onnx.ModelProto) -> list[onnx.NodeProto] | None:
+    """The standard nodes standing in for `node` (its weights added to `proto`); None to keep it."""
+    key = (node.domain, node.op_type)
+    if key in SAME_SHAPE_OPS:  # the Skip ops' 4th output is the residual sum: the same shape too
+        kept = (0, 3) if node.op_type.startswith("Skip") else (0,)
+        return [onnx.helper.make_node("Identity", [node.input[0]], [node.output[i]])
+                for i in kept if i < len(node.output) and node.output[i]]
+    if key == (MS, "EmbedLayerNormalization") and len(node.input) > 2:
+        return [onnx.helper.make_node("Gather", [node.input[2], node.input[0]], [node.output[i]])
+                for i in (0, 2) if i < len(node.output) and node.output[i]]
+    if key == (MS, "Attention") and not any(a.name == "qkv_hidden_sizes" for a in node.attribute):
+        weight = f"{node.output[0]}/stand_in_weight"
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, 3], np.int64), f"{weight}/thirds"))
+        return [
+            onnx.helper.make_node("Shape", [node.input[1]], [f"{weight}/shape"]),
+            onnx.helper.make_node("Div", [f"{weight}/shape", f"{weight}/thirds"], [f"{weight}/dims"]),
+            onnx.helper.make_node("ConstantOfShape", [f"{weight}/dims"], [weight]),
+            onnx.helper.make_node("MatMul", [node.input[0], weight], [node.output[0]]),
+        ]
+    if key == (MS, "FusedGemm"):
+        stand_in = onnx.helper.make_node("Gemm", list(node.input[:3]), [node.output[0]])
+        stand_in.attribute.extend(a for a in node.attribute if a.name in ("transA", "transB", "alpha", "beta"))
+        return [stand_in]
+    if key == (MS, "FusedMatMul") and all(
+        a.name == "alpha" for a in node.attribute if onnx.helper.get_attribute_value(a)
+    ):
+        return [onnx.helper.make_node("MatMul", list(node.input[:2]), [node.output[0]])]
+    return None
 
 
 def _static(info: onnx.ValueInfoProto) -> tuple[int, ...] | None:

@@ -309,14 +309,19 @@ def dead_helpers(core: list[ir.Node], kept: list[ir.Value | None] = ()) -> list[
     for key, node in list(candidates.items()):
         if any(id(v) in kept_ids for v in node.outputs):
             del candidates[key]
-    changed = True
-    while changed:
-        changed = False
-        keep = inside | set(candidates)
-        for key, node in list(candidates.items()):
-            if any(v.is_graph_output() or any(id(u) not in keep for u in consumers(v)) for v in node.outputs):
-                del candidates[key]
-                changed = True
+    # A candidate read from outside the block and its helpers stays, and then so do the helpers
+    # feeding it: each is looked at again only when a reader of its own left the set, not in
+    # another sweep over every candidate.
+    keep = inside | set(candidates)
+    pending = list(candidates.values())
+    while pending:
+        node = pending.pop()
+        if id(node) in candidates and any(
+            v.is_graph_output() or any(id(u) not in keep for u in consumers(v)) for v in node.outputs
+        ):
+            del candidates[id(node)]
+            keep.discard(id(node))
+            pending += [p for p in (producer(v) for v in node.inputs) if p is not None and id(p) in candidates]
     return list(candidates.values())
 
 
@@ -336,7 +341,7 @@ def unique_initializer(op: ir.tape.Tape, graph: ir.Graph, data: np.ndarray | ir.
     while f"{stem}_{index}" in taken:
         index += 1
     name = f"{stem}_{index}"
-    tensor = ir.tensor(data) if isinstance(data, np.ndarray) else data
+    tensor = ir.Tensor(data) if isinstance(data, np.ndarray) else data
     tensor.name = name
     return op.initializer(tensor, name=name)
 

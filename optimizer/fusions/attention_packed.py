@@ -488,10 +488,10 @@ def _packed_weights(op: ir.tape.Tape, match: Match) -> tuple[ir.Value, ir.Value]
     # Packing copies every projection weight (85 MB on BERT-base); it is deferred to when the
     # weights are read or saved, so the graph rewrite itself stays cheap.
     def packed_weight() -> ir.Tensor:
-        return ir.tensor(np.concatenate([_columns(w.array(), cols) for w, _, cols in parts], axis=1))
+        return ir.Tensor(np.concatenate([_columns(w.array(), cols) for w, _, cols in parts], axis=1))
 
     def packed_bias() -> ir.Tensor:
-        return ir.tensor(np.concatenate([_columns(b, cols) for _, b, cols in parts]))
+        return ir.Tensor(np.concatenate([_columns(b, cols) for _, b, cols in parts]))
 
     dtype = ir.DataType.from_numpy(q.weight.dtype)
     weight = ir.LazyTensor(packed_weight, dtype=dtype, shape=ir.Shape((q.weight.shape[0], 3 * hidden)), cache=True)

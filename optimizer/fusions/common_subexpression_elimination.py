@@ -18,7 +18,7 @@ class CommonSubexpressionElimination(Rule):
     name = "CommonSubexpressionElimination"
 
     def run_on_graph(self, graph: ir.Graph, near_misses: list[tuple[ir.Node, Fail]]) -> int:
-        if any(_has_type_attribute(node) for node in graph):
+        if _has_type_attribute(graph):
             # onnx-ir's pass hashes attributes, and type attributes (Optional's `type`) are not
             # hashable; such graphs are rare (optional values), so they go without merging.
             return 0
@@ -27,7 +27,16 @@ class CommonSubexpressionElimination(Rule):
         return before - graph.num_nodes()
 
 
-def _has_type_attribute(node: ir.Node) -> bool:
-    return any(
-        a.type in (ir.AttributeType.TYPE_PROTO, ir.AttributeType.TYPE_PROTOS) for a in node.attributes.values()
-    )
+def _has_type_attribute(graph: ir.Graph) -> bool:
+    # Plain loops over nodes that have attributes: a generator per node cost a quarter of this
+    # rule on a tiny GPT-2 (three runs over ~300 nodes).
+    for node in graph:
+        attributes = node.attributes
+        if attributes:
+            for attribute in attributes.values():
+                if attribute.type in _TYPE_ATTRIBUTES:
+                    return True
+    return False
+
+
+_TYPE_ATTRIBUTES = (ir.AttributeType.TYPE_PROTO, ir.AttributeType.TYPE_PROTOS)

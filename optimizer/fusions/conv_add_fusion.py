@@ -58,5 +58,5 @@ class ConvAddFusion(Rule):
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
         conv = match.conv
-        bias = op.initializer(ir.tensor(match.bias, name=match.bias_name))
+        bias = op.initializer(ir.Tensor(match.bias, name=match.bias_name))
         return op.op("Conv", [conv.inputs[0], conv.inputs[1], bias], attributes=dict(conv.attributes))

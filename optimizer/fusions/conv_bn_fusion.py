@@ -81,6 +81,6 @@ class ConvBNFusion(Rule):
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
         conv = match.conv
-        weights = op.initializer(ir.tensor(match.weights, name=match.names[0]))
-        bias = op.initializer(ir.tensor(match.bias, name=match.names[1]))
+        weights = op.initializer(ir.Tensor(match.weights, name=match.names[0]))
+        bias = op.initializer(ir.Tensor(match.bias, name=match.names[1]))
         return op.op("Conv", [conv.inputs[0], weights, bias], attributes=dict(conv.attributes))

@@ -64,7 +64,7 @@ class ConvMulFusion(Rule):
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
         conv = match.conv
-        inputs = [conv.inputs[0], op.initializer(ir.tensor(match.weights, name=match.names[0]))]
+        inputs = [conv.inputs[0], op.initializer(ir.Tensor(match.weights, name=match.names[0]))]
         if match.bias is not None:
-            inputs.append(op.initializer(ir.tensor(match.bias, name=match.names[1])))
+            inputs.append(op.initializer(ir.Tensor(match.bias, name=match.names[1])))
         return op.op("Conv", inputs, attributes=dict(conv.attributes))

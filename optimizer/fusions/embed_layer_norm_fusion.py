@@ -218,12 +218,12 @@ class EmbedLayerNormFusion(Rule):
         position_table = match.position_table
         if match.captures.get("folded_positions") is not None:
             name, table = match.folded_positions
-            position_table = op.initializer(ir.tensor(np.ascontiguousarray(table), name=name), name=name)
+            position_table = op.initializer(ir.Tensor(np.ascontiguousarray(table), name=name), name=name)
         if match.captures.get("segment_row") is not None:
             segment_table, row = match.segment_row
             name = f"{value_name(position_table)}/plus_{value_name(segment_table)}_{row}"
             table = const_array(position_table) + const_array(segment_table)[row]
-            position_table = op.initializer(ir.tensor(np.ascontiguousarray(table), name=name), name=name)
+            position_table = op.initializer(ir.Tensor(np.ascontiguousarray(table), name=name), name=name)
         base = f"{self.name}/{match.anchor_name}"
         inputs = [
             _as_int32(op, match.input_ids, f"{base}/input_ids_int32"),
@@ -263,7 +263,7 @@ def _lookup_shape(op: ir.tape.Tape, input_ids: ir.Value, word_table: ir.Value, r
     if end <= 2:
         return op.op("Shape", [input_ids], {"start": start, "end": end}, name=name)
     ids_part = op.op("Shape", [input_ids], {"start": start} if start else None, name=name)
-    width = op.initializer(ir.tensor(np.array([static_shape(word_table)[1]], np.int64), name=f"{name}/width"))
+    width = op.initializer(ir.Tensor(np.array([static_shape(word_table)[1]], np.int64), name=f"{name}/width"))
     return op.op("Concat", [ids_part, width], {"axis": 0}, name=f"{name}/with_width")
 
 

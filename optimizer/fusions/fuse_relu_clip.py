@@ -69,10 +69,10 @@ class FuseReluClip(Rule):
             if match.high is not None:
                 attributes["max"] = float(match.high)
             return op.op("Clip", [match.x], attributes=attributes)
-        low = op.initializer(ir.tensor(np.array(match.low, dtype=match.dtype), name=match.names[0]))
+        low = op.initializer(ir.Tensor(np.array(match.low, dtype=match.dtype), name=match.names[0]))
         high = None
         if match.high is not None:
-            high = op.initializer(ir.tensor(np.array(match.high, dtype=match.dtype), name=match.names[1]))
+            high = op.initializer(ir.Tensor(np.array(match.high, dtype=match.dtype), name=match.names[1]))
         return op.op("Clip", [match.x, low, high] if high is not None else [match.x, low])
 
 

@@ -82,7 +82,7 @@ class GroupQueryAttentionFusion(Rule):
         name = f"{self.name}/{match.anchor.lstrip('/')}"
 
         def const(label, array):
-            return op.initializer(ir.tensor(np.array(array), name=f"{name}/{label}"))
+            return op.initializer(ir.Tensor(np.array(array), name=f"{name}/{label}"))
 
         flat = const("flat_kv", np.array([0, 0, -1], np.int64))
         kv = [

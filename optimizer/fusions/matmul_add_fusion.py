@@ -85,9 +85,9 @@ class MatMulAddFusion(Rule):
         if match.reshape is None:
             return op.op("Gemm", [match.a, match.b, match.c])
         input_shape, output_shape = match.reshape
-        flat = op.op("Reshape", [match.a, op.initializer(ir.tensor(input_shape, name=match.names[0]))])
+        flat = op.op("Reshape", [match.a, op.initializer(ir.Tensor(input_shape, name=match.names[0]))])
         gemm = op.op("Gemm", [flat, match.b, match.c])
-        return op.op("Reshape", [gemm, op.initializer(ir.tensor(output_shape, name=match.names[1]))])
+        return op.op("Reshape", [gemm, op.initializer(ir.Tensor(output_shape, name=match.names[1]))])
 
 
 def _gemm_bias(dims: list, m, n) -> bool:

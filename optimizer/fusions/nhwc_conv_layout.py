@@ -278,7 +278,7 @@ class _Conversion:
         cached = self.constants.get(id(value))
         if cached is None:
             full = array.reshape((1,) * (4 - array.ndim) + array.shape)
-            tensor = ir.tensor(
+            tensor = ir.Tensor(
                 np.ascontiguousarray(full.transpose(TO_NHWC)), name=self._name(f"{value.name}_nhwc")
             )
             cached = ir.Value(

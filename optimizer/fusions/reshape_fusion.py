@@ -71,7 +71,7 @@ class ReshapeFusion(Rule):
         )
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
-        shape = op.initializer(ir.tensor(match.shape, name=match.shape_name))
+        shape = op.initializer(ir.Tensor(match.shape, name=match.shape_name))
         return op.op("Reshape", [match.data, shape])
 
 

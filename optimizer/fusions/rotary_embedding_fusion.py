@@ -178,7 +178,7 @@ def _shared_constants(graph: ir.Graph, op: ir.tape.Tape):
             existing = graph.initializers.get(name)
             if existing is not None:
                 return existing
-        return op.initializer(ir.tensor(array, name=name))
+        return op.initializer(ir.Tensor(array, name=name))
 
     return constant
 

@@ -44,4 +44,4 @@ class UnsqueezeElimination(Rule):
         return Match(nodes=[unsqueeze], outputs=[unsqueeze.outputs[0]], captures={"array": array, "name": name})
 
     def rewrite(self, op: ir.tape.Tape, match: Match):
-        return op.initializer(ir.tensor(match.array, name=match.name))
+        return op.initializer(ir.Tensor(match.array, name=match.name))

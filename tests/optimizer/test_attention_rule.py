@@ -246,3 +246,32 @@ def test_packed_weight_is_built_from_the_weights_even_while_they_are_graph_input
     attention = next(n for n in proto.graph.node if n.op_type == "Attention")
     packed = next(t for t in proto.graph.initializer if t.name == attention.input[1])
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(packed), np.concatenate(weights, axis=1))
+
+
+def test_shape_helpers_read_outside_the_block_stay_and_so_do_the_helpers_feeding_them():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from optimizer.fusions.attention_layout import dead_helpers
+    from optimizer.model_io import load_model
+
+    # Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])) is the block; a Range outside it
+    # also reads the Gather, which must then stay, and with it the Shape and index feeding it.
+    nodes = [
+        helper.make_node("Constant", [], ["index"], name="index", value=numpy_helper.from_array(np.array(0, np.int64))),
+        helper.make_node("Constant", [], ["rest"], name="rest", value=numpy_helper.from_array(np.array([-1], np.int64))),
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "index"], ["batch"], name="gather", axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch_1d"], name="unsqueeze"),
+        helper.make_node("Concat", ["batch_1d", "rest"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
+        helper.make_node("Range", ["start", "batch", "step"], ["positions"], name="range"),
+    ]
+    graph = helper.make_graph(
+        nodes, "helpers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("positions", TensorProto.INT64, None)],
+        [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in (("axes", [0]), ("start", 0), ("step", 1))],
+    )
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    reshape = next(node for node in model.graph if node.name == "reshape")
+    assert sorted(node.name for node in dead_helpers([reshape])) == ["concat", "rest", "unsqueeze"]

@@ -59,6 +59,20 @@ def test_a_graph_listed_out_of_order_still_gets_its_shapes():
         assert [str(d) for d in shapes["y"]] == ["batch", "8"], [n.op_type for n in nodes]
 
 
+def test_in_order_is_whether_each_node_comes_after_what_it_reads():
+    from optimizer.shape_inference import in_order
+
+    relu, add = helper.make_node("Relu", ["s"], ["y"]), helper.make_node("Add", ["x", "x"], ["s"])
+    assert in_order(load_model(_listed([add, relu])).graph)
+    assert not in_order(load_model(_listed([relu, add])).graph)
+    # a node with a subgraph reads outer values its inputs do not list: left to the full check
+    branch = helper.make_graph([helper.make_node("Identity", ["s"], ["out"])], "branch", [],
+                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    condition = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True)))
+    branching = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    assert not in_order(load_model(_listed([add, condition, branching])).graph)
+
+
 def test_inferred_types_are_read_as_onnx_irs_serde_reads_them():
     import onnx_ir as ir  # the module's tests use onnx's helpers only
 

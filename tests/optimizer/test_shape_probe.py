@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from optimizer.match import MS
 from optimizer.model_io import load_model
 from optimizer.shape_inference import infer_shapes
-from optimizer.shape_probe import constant_dims, evaluated_dims, evaluated_shapes
+from optimizer.shape_probe import constant_dims, evaluated_dims, evaluated_shapes, pinned_shapes
 
 
 def _graph(nodes, initializers, x_shape):
@@ -71,3 +73,29 @@ def test_pinned_shapes_are_read_when_asked_as_one_dict_would_hold_them():
     assert "y" not in shapes and shapes.get("y") is None and shapes.get("nothing") is None
     assert shapes["z"] == (4,) and len(shapes) == 3 and shapes
     assert not InferredShapes(helper.make_graph([], "empty", [], []), {})
+
+
+@pytest.mark.parametrize("with_skip", [False, True])
+def test_pinned_shapes_go_on_through_onnxruntime_ops_swapped_one_for_one_or_for_several(with_skip):
+    # onnx infers neither op: onnxruntime's LayerNormalization (opset 14) stands in as one Identity,
+    # written over it; SkipLayerNormalization with its residual sum read as two, which rebuild the
+    # copy's node list.
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], axis=-1)]
+    last = "ln"
+    if with_skip:
+        nodes.append(helper.make_node("SkipLayerNormalization", ["ln", "x", "g", "b"], ["skip", "", "", "sum"],
+                                      domain=MS))
+        nodes.append(helper.make_node("Add", ["skip", "sum"], ["both"]))
+        last = "both"
+    nodes.append(helper.make_node("Relu", [last], ["y"]))
+    graph = helper.make_graph(nodes, "ort_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), name) for name in "gb"])
+    model = load_model(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(MS, 1)]))
+    y = next(v for node in model.graph for v in node.outputs if v.name == "y")
+    first, second = pinned_shapes(model.graph, y)
+    for name in ["ln", "y"] + (["skip", "sum"] if with_skip else []):
+        assert (first[name], second[name]) == ((2, 3, 8), (5, 7, 8)), name
+    assert [node.op_type for node in model.graph] == [node.op_type for node in nodes]  # only the copy changed
