@@ -94,3 +94,12 @@ def separate_absorbed(
                 or in_another_form(drop, lost))
 
     return [c for c in drops if not taken_up(c)], [c for c in drops if taken_up(c)]
+
+
+def taken_up_by(drop: CountChange, rises: list[CountChange]) -> list[CountChange]:
+    """The rises that can have taken `drop` up: what the op is absorbed into, or its other form. Empty
+    when only restored regressions made up for it."""
+    into = set(absorbed_into().get(drop["op"], ()))
+    if drop["op"] in IN_ANOTHER_FORM:
+        into.add(IN_ANOTHER_FORM[drop["op"]][0])
+    return [c for c in rises if c["op"] in into]

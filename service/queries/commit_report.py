@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from optimizer.levels import rule_dependencies
 from service.adapters.engines.compare import describe_row
 from service.domain import verdict_words
-from service.domain.fusion_changes import rule_for_op
+from service.domain.fusion_changes import count_changes, rule_for_op, separate_absorbed, taken_up_by
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.queries.overview import level_order, percent_change
 from service.queries.timing_words import timing_alert_states
@@ -55,11 +55,13 @@ class ResultDiff:
     fusions: list[Change]  # every fused op either side has
     ops: list[Change]  # ops whose count moved
     kernels: list[Change]  # largest absolute time changes first
-    stopped_rules: list[str]  # rules whose fused op dropped
+    stopped_rules: list[str]  # rules whose fused op dropped, nothing taking it up
     near_misses: list[dict[str, Any]] = field(default_factory=list)  # those rules' and their producers' near misses
     near_miss_lines: list[str] = field(default_factory=list)  # the same as a person reads them (near_miss_order.py)
     depends_on: list[str] = field(default_factory=list)  # the rules that produce the stopped rules' anchors
     stopped_entirely: bool = False  # every dropped fused op fell to zero: the rules stopped firing
+    # Drops no fusion was lost by, each with what took it up ("BiasGelu 4 → 0: taken up by FastGelu 0 → 4").
+    absorbed_lines: list[str] = field(default_factory=list)
     # Our engine's kernel library per family, this result's and the baseline's ({} where not recorded).
     libraries: dict[str, str] = field(default_factory=dict)
     baseline_libraries: dict[str, str] = field(default_factory=dict)
@@ -158,7 +160,7 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
     before_fusions = baseline.fusions if baseline else {}
     fusions = _counts(before_fusions, result.fusions)
     ops = [c for c in _counts(baseline.ops_after if baseline else {}, result.ops_after) if c.before != c.after]
-    dropped = [c.name for c in fusions if (c.after or 0) < (c.before or 0)]
+    dropped, absorbed_lines = _lost(baseline, result)
     stopped = list(dict.fromkeys(rule_for_op().get(op, op) for op in dropped))
     depends_on = [dep for rule in stopped for dep in rule_dependencies(rule) if dep not in stopped]
     asked = [*stopped, *dict.fromkeys(depends_on)]
@@ -181,10 +183,32 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
         near_miss_lines=readable(misses, asked),
         depends_on=list(dict.fromkeys(depends_on)),
         stopped_entirely=bool(dropped) and all(not c.after for c in fusions if c.name in dropped),
+        absorbed_lines=absorbed_lines,
         libraries=dict(result.kernel_libraries or {}),
         baseline_libraries=dict(baseline.kernel_libraries or {}) if baseline else {},
         timing=verdict_words.shown(result.timing_verdict, timing_alert_state),
     )
+
+
+def _lost(baseline: Result | None, result: Result) -> tuple[list[str], list[str]]:
+    """(the fused ops whose drop lost a fusion, a line for each drop that did not), as the fusion alerts
+    judge them (service/domain/fusion_changes.py): a drop taken up by a larger fusion or the same nodes'
+    other form is no loss, and at level disabled no rule ran, so no count there is a fusion's."""
+    if baseline is None or result.level == "disabled":
+        return [], []
+    drops, rises = count_changes(baseline.fusions, result.fusions)
+    lost, absorbed = separate_absorbed(drops, rises, ops_before=baseline.ops_after or None,
+                                       ops_after=result.ops_after or None)
+
+    def short(change) -> str:
+        return f"{change['op'].rsplit('.', 1)[-1]} {change['before']} → {change['after']}"
+
+    lines = []
+    for drop in absorbed:
+        by = taken_up_by(drop, rises)
+        lines.append(f"{short(drop)}: taken up by {', '.join(short(c) for c in by)}" if by else
+                     f"{short(drop)}: made up for by fused ops an earlier regression lost, restored here")
+    return [c["op"] for c in lost], lines
 
 
 def _counts(before: dict[str, int], after: dict[str, int]) -> list[Change]:

@@ -3,7 +3,7 @@ larger fusion or a restored op took up, on plain counts."""
 
 from __future__ import annotations
 
-from service.domain.fusion_changes import absorbed_into, count_changes, separate_absorbed
+from service.domain.fusion_changes import absorbed_into, count_changes, separate_absorbed, taken_up_by
 
 GELU, BIAS_GELU, LAYER_NORM = "com.microsoft.Gelu", "com.microsoft.BiasGelu", "LayerNormalization"
 
@@ -62,3 +62,15 @@ def test_bias_gelu_fused_as_fast_gelu_with_its_bias_is_no_loss_but_one_that_left
     assert separate_absorbed(drops, rises) == (drops, [])  # without the graphs' op counts nothing says so
     fewer = count_changes({BIAS_GELU: 2}, {FAST_GELU: 1})
     assert separate_absorbed(*fewer, ops_before={"Add": 1}, ops_after={"Add": 1})[0] == fewer[0]
+
+
+def test_what_took_a_drop_up_is_named():
+    # LayerNormalization absorbed into SkipLayerNormalization (the dynamo export of a BERT), BiasGelu
+    # fused in its other form; an unrelated rise takes nothing up.
+    drops, rises = count_changes(
+        {"LayerNormalization": 9, "com.microsoft.BiasGelu": 4},
+        {"LayerNormalization": 1, "com.microsoft.SkipLayerNormalization": 8, "com.microsoft.FastGelu": 4,
+         "com.microsoft.Attention": 4})
+    by_op = {d["op"]: [c["op"] for c in taken_up_by(d, rises)] for d in drops}
+    assert by_op == {"LayerNormalization": ["com.microsoft.SkipLayerNormalization"],
+                     "com.microsoft.BiasGelu": ["com.microsoft.FastGelu"]}

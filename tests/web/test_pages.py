@@ -212,3 +212,35 @@ def test_a_model_whose_input_shapes_changed_between_commits_is_one_series_on_its
     assert [c[1] for c in median["customdata"]] == ["s0", "s1"] and median["y"] == [1.0, 2.0]
     [series] = client.get("/api/v1/projects/engine/history", params={"model": "bert.onnx"}).json()["series"]
     assert [p["commit"] for p in series["points"]] == ["s0", "s1"]  # the same series the API reads
+
+
+def _tanh_gelu_commits(client) -> tuple[str, str]:
+    """An export whose GELU became the tanh form (Hugging Face's gelu_new), as two posted commits:
+    BiasGelu 4 → FastGelu 4 at extended, and the export's own Gelu ops gone at disabled."""
+    assert client.post("/api/v1/projects", json={"name": "tanh", "settings": {"levels": ["disabled", "extended"]}}).status_code == 201
+    a, b = "a" * 40, "b" * 40
+    shapes = {
+        a: ({"Gelu": 4, "LayerNormalization": 9}, {"MatMul": 24, "Gelu": 4, "LayerNormalization": 9},
+            {"com.microsoft.BiasGelu": 4, "com.microsoft.Attention": 4}, {"MatMul": 8, "com.microsoft.BiasGelu": 4, "com.microsoft.Attention": 4}),
+        b: ({"LayerNormalization": 9}, {"MatMul": 24, "Tanh": 4, "Pow": 4, "LayerNormalization": 9},
+            {"com.microsoft.FastGelu": 4, "com.microsoft.Attention": 4}, {"MatMul": 8, "com.microsoft.FastGelu": 4, "com.microsoft.Attention": 4}),
+    }
+    for parent, sha in ((None, a), (a, b)):
+        disabled_fusions, disabled_ops, fusions, ops = shapes[sha]
+        results = [{"model": "bert.onnx", "engine": "fusionwatch", "engine_version": "0.1.0", "level": level,
+                    "fusions": f, "ops_after": o, "execute_ms": [1.0] * 20}
+                   for level, f, o in (("disabled", disabled_fusions, disabled_ops), ("extended", fusions, ops))]
+        reply = client.post("/api/v1/results", json={"project": "tanh", "commit": {"sha": sha, "parents": [parent] if parent else []},
+                                                     "results": results})
+        assert reply.status_code == 201, reply.text
+    return a, b
+
+
+def test_commit_page_says_a_drop_taken_up_by_another_form_lost_no_fusion(client):
+    a, b = _tanh_gelu_commits(client)
+    html = client.get(f"/projects/tanh/commits/{b}").text
+    # The alert says no fusion was lost; the page says the same, and asks no "why" of a loss that is none,
+    # nor of the export's own Gelu ops at level disabled, where no rule runs.
+    assert "No fusion lost: BiasGelu 4 → 0 is taken up by what rose here" in html
+    assert "<li>BiasGelu 4 → 0: taken up by FastGelu 0 → 4</li>" in html
+    assert "stopped firing</h4>" not in html and "fired less</h4>" not in html
