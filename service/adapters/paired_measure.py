@@ -10,6 +10,7 @@ its level the fastest; the per-run wall time is what is paired (the same clock f
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -26,6 +27,8 @@ from service.adapters.engines.feeds import FeedError, describe_feeds, make_feeds
 from service.domain import paired
 from service.domain.protocol import Protocol
 
+log = logging.getLogger("fusionwatch.worker")
+
 
 class CannotPair(RuntimeError):
     """The two files cannot be timed on the same feeds (their inputs differ)."""
@@ -39,6 +42,8 @@ class PairedTiming:
     machine_s: float = 0.0  # wall time of the timed blocks, warm-up and session creation left out
     stopped: str = ""  # why measuring stopped
     verdict: paired.PairedVerdict | None = None
+    # A regression's why: each side's slowest kernels ({"op", "ms"}), profiled alternately after the verdict.
+    kernels: dict[str, list[dict]] | None = None
 
     def to_dict(self, baseline_commit: str | None = None) -> dict:
         assert self.verdict is not None
@@ -50,6 +55,7 @@ class PairedTiming:
             "machine_s": round(self.machine_s, 3),
             "stopped": self.stopped,
             "source": "measured",
+            **({"kernels": self.kernels} if self.kernels else {}),
             **self.verdict.to_dict(),
         }
 
@@ -76,7 +82,41 @@ def measure_paired(
         baseline, candidate = (_fastest_of(timer) for timer in timers)
         return alternate(baseline, candidate, max(1, protocol.warmup), policy, clock)
 
-    return with_second_try(once)
+    timing = with_second_try(once)
+    if timing.verdict is not None and timing.verdict.word == paired.REGRESSED:
+        def profiled(path: str | Path) -> list[dict]:
+            return runner.run(Path(path), level, feeds, runs=PROFILED_RUNS, warmup=max(1, protocol.warmup),
+                              threads=protocol.threads, custom_ops=custom_ops).top_kernels
+
+        try:
+            timing.kernels = kernels_side_by_side(profiled, baseline_path, candidate_path)
+        except EngineError as error:  # the verdict stands without its why; the log says what failed
+            log.warning("no side-by-side profile", extra={"reason": str(error)[:300]})
+    return timing
+
+
+PROFILED_RUNS = 10  # a profiled session's timed runs, in each of the three rounds a side
+
+
+def kernels_side_by_side(profiled: Callable[[str | Path], list[dict]], baseline_path: str | Path,
+                         candidate_path: str | Path, rounds: int = 3) -> dict[str, list[dict]]:
+    """Each side's per-op kernel times ({"op", "ms"}, the median over `rounds` profiled sessions), the
+    sides profiled alternately in pair order. The profiler's own cost swamps small kernels' times and
+    can hide the change in the whole run, so the verdict stays the unprofiled pairs'; this says which
+    kernels moved, measured as the pairs were, at the same moments, which the two jobs' profiles cannot."""
+    times: dict[str, dict[str, list[float]]] = {"A": {}, "B": {}}
+    paths = {"A": baseline_path, "B": candidate_path}
+    for round_ in range(rounds):
+        for side in paired.pair_order(round_):
+            for kernel in profiled(paths[side]):
+                times[side].setdefault(str(kernel["op"]), []).append(float(kernel["ms"]))
+    # An op in fewer than half the rounds' top lists is left out: its median would be of a few rounds.
+    def medians(side: str) -> list[dict]:
+        kept = {op: sorted(ms) for op, ms in times[side].items() if 2 * len(ms) >= rounds}
+        rows = [{"op": op, "ms": round(ms[len(ms) // 2], 6)} for op, ms in kept.items()]
+        return sorted(rows, key=lambda row: -row["ms"])
+
+    return {"baseline": medians("A"), "candidate": medians("B")}
 
 
 def with_second_try(measure: Callable[[], PairedTiming]) -> PairedTiming:

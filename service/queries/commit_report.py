@@ -15,6 +15,7 @@ from optimizer.levels import rule_dependencies
 from service.adapters.engines.compare import describe_row
 from service.domain import verdict_words
 from service.domain.fusion_changes import count_changes, rule_for_op, separate_absorbed, taken_up_by
+from service.domain.kernel_changes import kernel_changes
 from service.models import Alert, Commit, Model, Project, Result, Run
 from service.queries.overview import level_order, percent_change
 from service.queries.timing_words import timing_alert_states
@@ -62,6 +63,7 @@ class ResultDiff:
     stopped_entirely: bool = False  # every dropped fused op fell to zero: the rules stopped firing
     # Drops no fusion was lost by, each with what took it up ("BiasGelu 4 → 0: taken up by FastGelu 0 → 4").
     absorbed_lines: list[str] = field(default_factory=list)
+    kernels_side_by_side: bool = False  # profiled on both files alternately in the paired job, not two jobs
     # Our engine's kernel library per family, this result's and the baseline's ({} where not recorded).
     libraries: dict[str, str] = field(default_factory=dict)
     baseline_libraries: dict[str, str] = field(default_factory=dict)
@@ -161,6 +163,7 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
     fusions = _counts(before_fusions, result.fusions)
     ops = [c for c in _counts(baseline.ops_after if baseline else {}, result.ops_after) if c.before != c.after]
     dropped, absorbed_lines = _lost(baseline, result)
+    side_by_side = (result.paired or {}).get("kernels")
     stopped = list(dict.fromkeys(rule_for_op().get(op, op) for op in dropped))
     depends_on = [dep for rule in stopped for dep in rule_dependencies(rule) if dep not in stopped]
     asked = [*stopped, *dict.fromkeys(depends_on)]
@@ -177,7 +180,9 @@ def _diff(session: Session, result: Result, model_name: str, baseline: Result | 
         p90_ms=result.p90_ms,
         fusions=fusions,
         ops=ops,
-        kernels=_kernel_changes(baseline.top_kernels if baseline else [], result.top_kernels),
+        kernels=(_kernel_changes(side_by_side["baseline"], side_by_side["candidate"]) if side_by_side else
+                 _kernel_changes(baseline.top_kernels if baseline else [], result.top_kernels)),
+        kernels_side_by_side=bool(side_by_side),
         stopped_rules=stopped,
         near_misses=misses,
         near_miss_lines=readable(misses, asked),
@@ -216,17 +221,4 @@ def _counts(before: dict[str, int], after: dict[str, int]) -> list[Change]:
 
 
 def _kernel_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[Change]:
-    """Per-kernel (op) times, summed per op on each side; the largest absolute changes first. A kernel
-    in only one side's top list shows the other side as unknown, not zero."""
-
-    def by_op(kernels: list[dict[str, Any]]) -> dict[str, float]:
-        times: dict[str, float] = {}
-        for kernel in kernels:
-            if isinstance(kernel.get("ms"), int | float):
-                times[str(kernel.get("op"))] = times.get(str(kernel.get("op")), 0.0) + float(kernel["ms"])
-        return times
-
-    old, new = by_op(before), by_op(after)
-    changes = [Change(op, old.get(op), new.get(op)) for op in set(old) | set(new)]
-    changes.sort(key=lambda c: (-abs(c.delta) if c.before is not None and c.after is not None else 0, c.name))
-    return changes[:KERNEL_CHANGES]
+    return [Change(c.op, c.before, c.after) for c in kernel_changes(before, after, KERNEL_CHANGES)]

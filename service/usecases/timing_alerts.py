@@ -28,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.domain import paired, timing, verdict_words
+from service.domain.kernel_changes import kernel_changes
 from service.domain.vocabulary import AlertKind
 from service.models import Alert, Commit, Result
 from service.models.base import utc_now
@@ -240,10 +241,24 @@ def _paired(session: Session, result: Result, verdict: paired.PairedVerdict, com
         before=float(np.median(pairs["baseline_ms"])), after=float(np.median(pairs["candidate_ms"])),
         change_pct=verdict.change_pct,
         message=(f"{lead}SequentialExecutor::Execute regressed for {where} at commit {commit.sha[:12]} against {against}, "
-                 f"the two timed alternately, {how}: {verdict.describe()}"),
+                 f"the two timed alternately, {how}: {verdict.describe()}{_kernels_moved(pairs)}"),
         **common,
         baseline_commit_id=baseline_commit.id if baseline_commit is not None else None,
     )]
+
+
+def _kernels_moved(pairs: dict) -> str:
+    """The kernels that moved most, as the job profiled both files alternately after its verdict
+    (paired_measure.kernels_side_by_side); nothing when it did not."""
+    kernels = pairs.get("kernels")
+    if not kernels:
+        return ""
+    moved = kernel_changes(kernels.get("baseline", []), kernels.get("candidate", []), KERNELS_QUOTED)
+    return ("; the kernels that moved most, both files profiled alternately (per run, baseline → candidate; – "
+            f"not among the slowest): {', '.join(c.describe() for c in moved)}") if moved else ""
+
+
+KERNELS_QUOTED = 4
 
 
 def pending(ancestry: list, alerts: dict):

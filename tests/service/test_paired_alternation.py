@@ -4,7 +4,7 @@ once more."""
 
 from __future__ import annotations
 
-from service.adapters.paired_measure import PairedTiming, alternate, with_second_try
+from service.adapters.paired_measure import PairedTiming, alternate, kernels_side_by_side, with_second_try
 from service.domain.paired import DEFAULT_PAIRED_POLICY, INCONCLUSIVE, REGRESSED, WITHIN_NOISE, PairedVerdict
 
 
@@ -70,3 +70,25 @@ def test_a_decided_job_is_timed_once():
     calls = []
     timing = with_second_try(lambda: calls.append(1) or _timing(WITHIN_NOISE, 1.0, "decided after 8 pairs"))
     assert calls == [1] and timing.stopped == "decided after 8 pairs"
+
+
+def test_a_regressions_kernels_are_profiled_alternately_and_their_medians_kept():
+    calls = []
+    rounds = iter([  # A B, B A, A B: what each profiled session reported, slowest first
+        [{"op": "MatMul", "ms": 1.0}, {"op": "LayerNormalization", "ms": 0.05}],
+        [{"op": "MatMul", "ms": 1.1}, {"op": "SkipLayerNormalization", "ms": 0.27}],
+        [{"op": "MatMul", "ms": 1.2}, {"op": "SkipLayerNormalization", "ms": 0.25}, {"op": "Cast", "ms": 0.01}],
+        [{"op": "MatMul", "ms": 0.9}, {"op": "LayerNormalization", "ms": 0.04}],
+        [{"op": "MatMul", "ms": 1.3}, {"op": "LayerNormalization", "ms": 0.06}],
+        [{"op": "MatMul", "ms": 1.0}, {"op": "SkipLayerNormalization", "ms": 0.29}],
+    ])
+
+    def profiled(path):
+        calls.append(path)
+        return next(rounds)
+
+    kernels = kernels_side_by_side(profiled, "a.onnx", "b.onnx")
+    assert calls == ["a.onnx", "b.onnx", "b.onnx", "a.onnx", "a.onnx", "b.onnx"]
+    assert kernels["baseline"] == [{"op": "MatMul", "ms": 1.0}, {"op": "LayerNormalization", "ms": 0.05}]
+    # Cast made one of three rounds' lists: a median of one round is left out.
+    assert kernels["candidate"] == [{"op": "MatMul", "ms": 1.1}, {"op": "SkipLayerNormalization", "ms": 0.27}]

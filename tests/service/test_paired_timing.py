@@ -82,6 +82,15 @@ def test_a_slower_model_is_regressed_on_paired_blocks_and_an_identical_one_is_wi
     assert alert["state"] == "confirmed"  # no re-measurement: a slow moment slowed both sides
     assert "candidate / baseline = " in alert["message"] and "paired blocks" in alert["message"]
     assert f"against baseline {b[:12]}" in alert["message"]
+    # Its why: both files profiled alternately after the verdict; the 40 added products are MatMul time.
+    kernels = paired_c["kernels"]
+    matmul = {side: next(k["ms"] for k in kernels[side] if k["op"] == "MatMul") for side in ("baseline", "candidate")}
+    assert matmul["candidate"] > 2 * matmul["baseline"]
+    assert "the kernels that moved most, both files profiled alternately" in alert["message"]
+    assert re.search(r"moved most, [^:]*: MatMul [\d.]+ → [\d.]+ ms", alert["message"])
+    page = client.get(f"/projects/bert/commits/{c}").text
+    assert "Largest per-kernel time changes (ms), both files profiled alternately in the paired job" in page
+    assert "kernels" not in paired_b  # within noise: no profile asked for
 
 
 def _document(sha, parents, execute_ms, baseline=None):
