@@ -65,7 +65,7 @@ def _inputs(case: str, batch: int, seq: int):
     return attributes, (x, weights, bias, mask_index, None, attention_bias)
 
 
-def _attention_kernel(attributes: dict, weights: np.ndarray, bias: np.ndarray):
+def attention_kernel(attributes: dict, weights: np.ndarray, bias: np.ndarray):
     """Our kernel for the node, built as the executor builds it, with the weight and bias as the
     constant initializers they are in a model, so the weight is prepared for the chosen library."""
     import onnx_ir as ir
@@ -130,7 +130,7 @@ def measure(
         for case in cases:
             attributes, inputs = _inputs(case, batch, seq)
             x, weights, bias = inputs[:3]
-            attention = _attention_kernel(attributes, weights, bias)
+            attention = attention_kernel(attributes, weights, bias)
             if gemm.applies(attention.packed, x, weights):
                 projection = partial(gemm.matmul_packed, x, attention.packed)
             else:

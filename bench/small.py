@@ -32,17 +32,24 @@ SEQUENCES = (1, 16, 128)
 RATIO_TARGETS = {1: 2.0, 16: 1.5}
 
 
-def fastest_alternating(first, second, blocks: int, runs: int) -> tuple[float, float]:
-    """Each call's fastest run in ms, timed in alternating blocks of `runs` runs."""
-    best = [float("inf"), float("inf")]
-    first(), second()  # warm-up: our first run per feed shape is the measured one
+def fastest_interleaved(calls, blocks: int, runs: int) -> list[float]:
+    """Each call's fastest run in ms, timed in blocks of `runs` runs, the calls taking turns."""
+    best = [float("inf")] * len(calls)
+    for call in calls:  # warm-up: our first run per feed shape is the measured one
+        call()
     for _ in range(blocks):
-        for index, call in enumerate((first, second)):
+        for index, call in enumerate(calls):
             for _ in range(runs):
                 started = time.perf_counter()
                 call()
                 best[index] = min(best[index], time.perf_counter() - started)
-    return best[0] * 1000, best[1] * 1000
+    return [seconds * 1000 for seconds in best]
+
+
+def fastest_alternating(first, second, blocks: int, runs: int) -> tuple[float, float]:
+    """Each call's fastest run in ms, timed in alternating blocks of `runs` runs."""
+    ours, theirs = fastest_interleaved([first, second], blocks, runs)
+    return ours, theirs
 
 
 def ort_nodes_per_run(path: Path, level: str, feeds: dict[str, np.ndarray]) -> int:

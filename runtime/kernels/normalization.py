@@ -188,7 +188,7 @@ class LayerNormalization(Kernel):
             np.float32(self.epsilon),
             True,
             out_rows,
-            out_rows,  # the sum x + 0 is normalized in place
+            np.empty((1, width), np.float32),  # the sum x + 0: a scratch row, `out` aliased ran scalar
             mean,
             inv_std,
         )

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from runtime.kernels import contrib_attention, gemm, libraries, onednn
+from runtime.kernels import compiled, contrib_attention, gemm, libraries, onednn
 from tests.runtime.contrib_cases import (
     ATTENTION_PATH_CASES,
     BATCH,
@@ -34,8 +34,10 @@ F = TensorProto.FLOAT
 @pytest.fixture
 def onednn_reads(monkeypatch):
     """Runs the test's kernels as a session that chose oneDNN does; lists each in-place call's q
-    shape. These shapes are small, so products of every size go to the libraries here."""
+    shape. These shapes are small, so products of every size go to the libraries here, and no
+    Attention takes the one compiled loop (compiled.SMALL_ATTENTION 0)."""
     monkeypatch.setattr(gemm, "SMALL_PRODUCT", 0)
+    monkeypatch.setattr(compiled, "SMALL_ATTENTION", 0)
     calls = []
     real = contrib_attention.onednn_attend
 

@@ -131,11 +131,15 @@ def test_embed_layer_normalization(mask, segment, position_ids_shape):
     check("EmbedLayerNormalization", inputs, outputs=outputs, epsilon=1e-5)
 
 
-def test_embed_layer_normalization_rejects_out_of_range_ids():
-    inputs = embed_inputs()
-    inputs["input_ids"][1, 2] = 20
+@pytest.mark.parametrize(("field", "bad", "named"), [("input_ids", 20, "max 20"), ("input_ids", -1, "min -1"),
+                                                    ("position_ids", -3, "min -3"), ("position_ids", 16, "max 16")])
+def test_embed_layer_normalization_rejects_out_of_range_ids(field, bad, named):
+    """A negative id too: the range check reads the ids as unsigned, where -1 is above any row count."""
+    inputs = embed_inputs(position_ids_shape=(2, 5))
+    inputs[field][1, 2] = bad
     model = one_node_model("EmbedLayerNormalization", inputs, [("output", F), ("mask_index", I32)])
-    with pytest.raises(ValueError, match=r"input_ids out of range \[0, 20\)"):
+    rows = 20 if field == "input_ids" else 16
+    with pytest.raises(ValueError, match=rf"{field} out of range \[0, {rows}\) \(.*{named}"):
         run_ours(model, inputs)
 
 

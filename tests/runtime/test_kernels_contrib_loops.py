@@ -269,8 +269,36 @@ def test_attention_softmax_takes_the_compiled_loop(batch, seq, hidden, mask_name
     assert loop_calls == {"small_attention": 1}  # small: the whole attention is one loop
 
 
+@pytest.mark.parametrize("masked", ["none", "padded", "padded_lowest", "a_row_all_inf"])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_distilbert_sized_attention_takes_the_one_loop(batch, masked, loop_calls):
+    """DistilBERT's attention (dim 256, 4 heads of 64) at sequence 32: 524,288 multiply-adds in
+    the head products, twice the old SMALL_ATTENTION, now the one loop (20 µs against 32 on
+    oneDNN's products). Its export carries the padding mask as a (B, 1, S, T) attention_bias of
+    0 and -inf (or float32's lowest); a query row with every key at -inf is NaN, as in ORT."""
+    seq, hidden = 32, 256
+    bias = np.zeros((batch, 1, seq, seq), np.float32)
+    if masked != "none":
+        low = np.finfo(np.float32).min if masked == "padded_lowest" else -np.inf
+        bias[-1, :, :, -8:] = low  # the last row of the batch padded on the right
+        if masked == "a_row_all_inf":
+            bias[0, :, 3, :] = -np.inf
+    inputs = {
+        "input": rand(batch, seq, hidden),
+        "weights": rand(hidden, 3 * hidden, scale=0.1, seed=1),
+        "bias": rand(3 * hidden, seed=2),
+        "mask_index": None,
+        "past": None,
+        "attention_bias": bias,
+    }
+    assert batch * seq * seq * 2 * hidden > 65536 * 4  # beyond the limit before
+    ours = check("Attention", inputs, num_heads=4)
+    assert loop_calls == {"small_attention": 1}
+    assert np.isnan(ours[0][0, 3]).all() == (masked == "a_row_all_inf")
+
+
 @pytest.mark.parametrize("with_bias", [True, False])
-@pytest.mark.parametrize(("batch", "seq", "hidden", "mask_name"), [(2, 6, 16, "2d_raw"), (1, 64, 64, "none")])
+@pytest.mark.parametrize(("batch", "seq", "hidden", "mask_name"), [(2, 6, 16, "2d_raw"), (1, 128, 64, "none")])
 def test_attention_beyond_small_takes_the_compiled_softmax(batch, seq, hidden, mask_name, with_bias, loop_calls, monkeypatch):
     """Above SMALL_ATTENTION (here made 0 for the first case) the heads are multiplied as products
     and only the softmax is a loop; both paths agree with onnxruntime."""
@@ -358,8 +386,10 @@ needs_mkl = pytest.mark.skipif(not gemm.available(), reason=f"no MKL here: {gemm
 @pytest.fixture
 def head_reads(monkeypatch):
     """Lists each in-place call's q shape; these shapes are small, so products of every size go to
-    the libraries here (gemm.SMALL_PRODUCT 0)."""
+    the libraries here (gemm.SMALL_PRODUCT 0) and no attention is small enough for the one loop
+    (compiled.SMALL_ATTENTION 0), which Attention would otherwise take first."""
     monkeypatch.setattr(gemm, "SMALL_PRODUCT", 0)
+    monkeypatch.setattr(compiled, "SMALL_ATTENTION", 0)
     calls = []
     real = contrib_attention.mkl_attend
 

@@ -175,3 +175,30 @@ def test_kernels_never_write_into_their_inputs():
         run_kernel(one_node_model(op_type, inputs, opset, **extra), inputs)
     np.testing.assert_array_equal(a, FLOATS)
     np.testing.assert_array_equal(b, FLOATS[0])
+
+
+# Where's copy-and-write path: one side a single value, the condition and the other side of the
+# result's shape (the attention fusion's NaN guard). The backend node cases have none of these.
+WHERE_VALUES = np.where(RNG.random((2, 3, 8)) < 0.2, np.float32(np.nan), FLOATS.reshape(2, 3, 10)[..., :8])
+
+
+@pytest.mark.parametrize(
+    ("single", "single_on"),
+    [(np.array(0.0, np.float32), "x"), (np.array([7.0], np.float32), "y"), (np.ones((1, 1, 1), np.float32), "x")],
+)
+def test_where_with_a_single_value_on_either_side(single, single_on):
+    condition = np.isnan(WHERE_VALUES)
+    inputs = [condition, single, WHERE_VALUES] if single_on == "x" else [condition, WHERE_VALUES, single]
+    got = run_kernel(one_node_model("Where", inputs, 16), inputs)[0]
+    want = np.where(*inputs)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)  # NaNs where numpy has them, none where it wrote the value
+    assert not np.shares_memory(got, WHERE_VALUES)
+    assert_same_as_onnxruntime("Where", inputs, 16)
+
+
+def test_where_single_value_with_more_dimensions_broadcasts_as_numpy_does():
+    condition = np.array([True, False, True])
+    inputs = [condition, np.full((1, 1), 5, np.int64), np.arange(3, dtype=np.int64)]
+    got = run_kernel(one_node_model("Where", inputs, 16), inputs)[0]
+    np.testing.assert_array_equal(got, [[5, 1, 5]])
