@@ -38,8 +38,10 @@ def products_of_every_size_on_the_libraries(request, monkeypatch):
 
 
 @pytest.fixture
-def real_small_product():
-    """gemm.SMALL_PRODUCT as the runtime has it."""
+def real_small_product(monkeypatch):
+    """gemm.SMALL_PRODUCT as the runtime has it in a fresh process. The limit's factor is process-wide
+    (`gemm.set_threads`): a one-thread session an earlier test created in this process triples it."""
+    monkeypatch.setattr(gemm, "_small_factor", 1)
 
 
 def normal(*shape):
