@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from optimizer import DEFAULT_LIMITS, LoadLimits, ModelLoadError, check_model_file
@@ -117,6 +117,33 @@ def kernels_side_by_side(profiled: Callable[[str | Path], list[dict]], baseline_
         return sorted(rows, key=lambda row: -row["ms"])
 
     return {"baseline": medians("A"), "candidate": medians("B")}
+
+
+WORTH_MAX_SECONDS = 10.0  # a lost fusion's worth is measured while its alert is raised: a bounded wait
+
+
+def measure_rule_worth(
+    path: str | Path, engine: str, level: str, rule: str, protocol: Protocol,
+    limits: LoadLimits = DEFAULT_LIMITS, custom_ops: CustomOps = NO_CUSTOM_OPS,
+    clock: Callable[[], float] = time.perf_counter,
+) -> PairedTiming:
+    """One model file timed with `rule` (side A, as the level runs it) and without it (side B),
+    alternately, as a paired timing is: B / A is what losing the rule's fusion costs. Raises
+    EngineError when the file cannot be opened or run."""
+    runner = engine_named(engine)
+    try:
+        feeds = dict(make_feeds(check_model_file(Path(path), limits), protocol.sequence_length))
+    except (FeedError, ModelLoadError) as error:
+        raise EngineError(engine, level, path, f"cannot make inputs: {error}") from error
+    policy = replace(policy_for(protocol), max_seconds=WORTH_MAX_SECONDS)
+
+    def once() -> PairedTiming:
+        timers = [runner.open_timer(Path(path), level, feeds, threads=protocol.threads, disabled=disabled,
+                                    custom_ops=custom_ops) for disabled in ((), (rule,))]
+        with_rule, without_rule = (_fastest_of(timer) for timer in timers)
+        return alternate(with_rule, without_rule, max(1, protocol.warmup), policy, clock)
+
+    return with_second_try(once)
 
 
 def with_second_try(measure: Callable[[], PairedTiming]) -> PairedTiming:

@@ -1,11 +1,13 @@
 """What a lost fusion costs: the baseline's model timed with the lost rule enabled and disabled.
 
 Measured on the baseline's stored model file, by the engine and at the level that lost the op, with
-the project's protocol (runs, warm-up, threads, sequence length): our engine disables the rule by
-name, onnxruntime through `disabled_optimizers`, which takes the same names. The difference of the
-fastest runs is what the fusion was worth on this model — "BiasGelu was worth 0.42 ms of this
-model's 1.38 ms" — measured once, when the alert is raised; a difference inside the runs' spread is
-said to be noise rather than given as a worth.
+the project's protocol (warm-up, threads, sequence length): our engine disables the rule by name,
+onnxruntime through `disabled_optimizers`, which takes the same names. The two sessions are timed
+alternately in one job, as a paired timing is (service/adapters/paired_measure.py), and decided the same
+way (service/domain/paired.py) — "BiasGelu was worth 0.42 ms of this model's 1.38 ms: without it a run
+takes 1.30× as long [1.28, 1.33] over 8 paired blocks" — measured once, when the alert is raised. A
+shared machine's slow moments fall on both sides of a pair, so a fusion's worth is told from noise where
+two separately timed runs (the range of their runs, one slow run wide) could not tell it.
 """
 
 from __future__ import annotations
@@ -13,32 +15,44 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from service.adapters.engines import EngineError, run_engine
+from service.adapters.engines import EngineError
+from service.adapters.paired_measure import CannotPair, measure_rule_worth
+from service.domain import paired
 from service.domain.protocol import Protocol
 
 
 def lost_fusion_cost(op: str, rule: str, engine: str, level: str, baseline_file: Path, protocol: Protocol) -> dict[str, Any]:
-    """{"with_ms", "without_ms", "worth_ms", "text", ...}, or {"error"} where either run failed."""
-    settings = dict(runs=protocol.runs, warmup=protocol.warmup, threads=protocol.threads,
-                    sequence_length=protocol.sequence_length)
+    """{"with_ms", "without_ms", "worth_ms", "ratio", "low", "high", "word", "text", ...}, or {"error"}
+    where either session failed."""
     try:
-        kept = run_engine(engine, baseline_file, level, **settings)
-        lost = run_engine(engine, baseline_file, level, disabled=[rule], **settings)
-    except EngineError as error:
+        timing = measure_rule_worth(baseline_file, engine, level, rule, protocol)
+    except (EngineError, CannotPair) as error:
         return {"error": f"could not time the baseline with and without {rule}: {error}"}
-    # The fastest runs: what load on the machine adds only ever slows a run down.
-    with_ms, without_ms = kept.execute_ms.min, lost.execute_ms.min
-    noise = max(kept.execute_ms.max - kept.execute_ms.min, lost.execute_ms.max - lost.execute_ms.min)
+    verdict = timing.verdict
+    # Each block's level is its fastest run; the medians of the blocks are each side's time.
+    with_ms, without_ms = _median(timing.baseline_ms), _median(timing.candidate_ms)
     worth = without_ms - with_ms
     name = op.rsplit(".", 1)[-1]
-    how = f"{engine} {level}, fastest Execute of {kept.runs} runs of the baseline with and without {rule}"
-    if worth > noise:
-        text = f"{name} was worth {worth:.2f} ms of this model's {with_ms:.2f} ms ({how})"
+    how = (f"{engine} {level}, the baseline timed with and without {rule} alternately, "
+           f"{verdict.pairs} paired blocks, {verdict.confidence:.0%} interval")
+    times = f"{verdict.ratio:.2f}× as long [{verdict.low:.2f}, {verdict.high:.2f}]"
+    if verdict.word == paired.REGRESSED:
+        text = f"{name} was worth {worth:.2f} ms of this model's {with_ms:.2f} ms: without it a run takes {times} ({how})"
+    elif verdict.word == paired.IMPROVED:
+        text = f"{name} cost time: without it a run takes {times} ({how})"
+    elif verdict.word == paired.WITHIN_NOISE:
+        text = (f"{name} was worth less than {verdict.min_effect_pct:g}% of this model's {with_ms:.2f} ms: "
+                f"without it a run takes {times} ({how})")
     else:
-        text = (f"{name}'s worth could not be told from noise: {with_ms:.2f} ms with it, {without_ms:.2f} ms "
-                f"without, runs varying by {noise:.2f} ms ({how})")
+        text = f"{name}'s worth could not be told from noise: without it a run takes {times} ({how})"
     return {
-        "rule": rule, "engine": engine, "level": level, "runs": kept.runs, "with_ms": round(with_ms, 4),
-        "without_ms": round(without_ms, 4), "worth_ms": round(worth, 4), "noise_ms": round(noise, 4),
-        "text": text,
+        "rule": rule, "engine": engine, "level": level, "pairs": verdict.pairs, "with_ms": round(with_ms, 4),
+        "without_ms": round(without_ms, 4), "worth_ms": round(worth, 4), "word": verdict.word,
+        "ratio": round(verdict.ratio, 4), "low": round(verdict.low, 4), "high": round(verdict.high, 4),
+        "machine_s": round(timing.machine_s, 3), "text": text,
     }
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0

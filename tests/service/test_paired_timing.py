@@ -10,6 +10,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from service.adapters.paired_measure import WORTH_MAX_SECONDS, measure_rule_worth
+from service.domain.protocol import Protocol
 from tests.service.jobs import drain
 
 BERT = "tests/models/bert_torchscript_opset14.onnx"
@@ -136,3 +138,27 @@ def test_paired_samples_of_unequal_length_are_refused_naming_the_field(client):
     reply = client.post("/api/v1/results", json=_document("4" * 40, [], [1.0] * 5, {"commit": "5" * 40, "execute_ms": [1.0] * 4}))
     assert reply.status_code == 422
     assert "baseline.execute_ms has 4 samples and execute_ms 5" in reply.text
+
+
+def _constant_work(tmp_path):
+    """x + (W @ W @ W @ W), W a 256×256 constant: ConstantFolding leaves one Add, without it every run
+    multiplies three 256×256 products."""
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32) / 16, "w")
+    nodes = [helper.make_node("MatMul", ["w", "w"], ["w2"]), helper.make_node("MatMul", ["w2", "w"], ["w3"]),
+             helper.make_node("MatMul", ["w3", "w"], ["w4"]), helper.make_node("Add", ["x", "w4"], ["y"])]
+    graph = helper.make_graph(nodes, "constant_work", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])], [w])
+    path = tmp_path / "constant_work.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_rules_worth_is_the_same_file_timed_with_and_without_it_alternately(tmp_path):
+    path = _constant_work(tmp_path)
+    protocol = Protocol(threads=1)
+    worth = measure_rule_worth(path, "fusionwatch", "basic", "ConstantFolding", protocol)
+    assert worth.verdict.word == "regressed" and worth.verdict.low > 1.5  # three products a run, against an Add
+    assert len(worth.baseline_ms) == len(worth.candidate_ms) == worth.verdict.pairs
+    assert 0 < worth.machine_s <= WORTH_MAX_SECONDS * 2  # a second try at most
+    nothing = measure_rule_worth(path, "fusionwatch", "basic", "GeluFusion", protocol)  # fires nowhere here
+    assert nothing.verdict.word != "regressed"
