@@ -38,6 +38,7 @@ from rich.table import Table
 
 from service.ci.report import CiStep, ci_step
 from service.console import stdout_console
+from service.domain.op_names import short_names
 from service.domain.vocabulary import AlertKind
 
 API = "/api/v1"
@@ -231,11 +232,12 @@ def print_diff(console: Console, diff: dict[str, Any]) -> None:
     paired = False
     for entry in diff["models"]:
         timing, baseline = entry["median_ms"], entry["baseline_commit"]
+        names = short_names(entry["fusions"])
         if baseline is None:  # the first measurement of its series: nothing to compare with
-            fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {c['after']}" for op, c in entry["fusions"].items()))
+            fused = escape("\n".join(f"{names[op]} {c['after']}" for op, c in entry["fusions"].items()))
             timings = _ms(timing["after"])
         else:
-            fused = "\n".join(_count_change(op, c["before"], c["after"]) for op, c in entry["fusions"].items())
+            fused = "\n".join(_count_change(names[op], c["before"], c["after"]) for op, c in entry["fusions"].items())
             timings = f"{_ms(timing['before'])} → {_ms(timing['after'])}"
         change = _pct(timing["change_pct"])
         if (entry.get("timing") or {}).get("basis") == "paired":
@@ -299,15 +301,16 @@ def print_measurements(console: Console, rows: Iterable[tuple[str, Any]], title:
     for heading in ("Execute", "model_run", "max abs err"):
         table.add_column(heading, justify="right")
     for model, m in rows:
-        fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in m.fusions.items()) or "-")
+        names = short_names(m.fusions)
+        fused = escape("\n".join(f"{names[op]} {count}" for op, count in m.fusions.items()) or "-")
         check = "-" if m.numeric_ok is None else f"{m.max_abs_error:.2g}" + ("" if m.numeric_ok else " [red]✗[/red]")
         cells = [m.engine, m.level, fused, _ms(median(m.execute_ms)), _ms(median(m.model_run_ms)), check]
         table.add_row(*([escape(model), *cells] if several else cells))
     console.print(table)
 
 
-def _count_change(op: str, before: int, after: int) -> str:
-    name = escape(op.rsplit(".", 1)[-1])
+def _count_change(shown: str, before: int, after: int) -> str:
+    name = escape(shown)
     if after < before:
         return f"[red]{name} {before} → {after}[/red]"
     if after > before:

@@ -37,6 +37,7 @@ from service.cli_client import (
     progress,
 )
 from service.console import stdout_console
+from service.domain.op_names import short_names
 from service.domain.protocol import Protocol
 from service.domain.vocabulary import NOT_FINDINGS, AlertKind
 
@@ -357,7 +358,8 @@ def _print_engine_results(model: Path, results: list, warmup: int) -> None:
         table.add_column(heading, justify="right")
     for result in results:
         # One fused op per line, domain dropped: the table stays readable in 80 columns.
-        fused = escape("\n".join(f"{op.rsplit('.', 1)[-1]} {count}" for op, count in result.fusions.items()))
+        names = short_names(result.fusions)
+        fused = escape("\n".join(f"{names[op]} {count}" for op, count in result.fusions.items()))
         if result.graph_error is not None:
             fused = "(graph unavailable)"
         table.add_row(

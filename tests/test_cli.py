@@ -222,6 +222,22 @@ def test_a_paired_verdict_marks_the_job_medians_beside_it_as_context():
     assert "+1.2%" in text and "*" not in text  # the window's verdict and the medians come from the same jobs
 
 
+
+def test_an_exports_own_op_and_the_fused_op_of_the_same_name_keep_their_domains():
+    from rich.console import Console
+
+    from service.cli_client import print_diff
+
+    # An opset-23 export writes ONNX's own Attention, where the opset-20 one was fused into onnxruntime's.
+    fusions = {"com.microsoft.Attention": {"before": 2, "after": 0}, "Attention": {"before": 0, "after": 2},
+               "com.microsoft.BiasGelu": {"before": 2, "after": 2}}
+    console = Console(record=True, width=220)
+    print_diff(console, {"commit": "b" * 40, "branch": "main", "models": [
+        {"model": "bert", "engine": "fusionwatch", "level": "extended", "baseline_commit": "a" * 40, "fusions": fusions,
+         "median_ms": {"before": 0.3, "after": 0.5, "change_pct": 66.7}, "timing": None}]})
+    text = console.export_text()
+    assert "com.microsoft.Attention 2 → 0" in text and "ai.onnx.Attention 0 → 2" in text and "BiasGelu 2" in text
+
 def test_serve_refuses_custom_ops_it_cannot_import(migrated_database_url, monkeypatch):  # noqa: F811
     monkeypatch.setattr(settings, "database_url", migrated_database_url)
     monkeypatch.setattr(settings, "custom_ops", "no_such_module_for_fusionwatch")

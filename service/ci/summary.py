@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from service.domain.op_names import short_names
 from service.domain.vocabulary import NOT_FINDINGS, AlertKind
 
 CONCLUSIONS = {"ok": "success", "regression": "failure", "failed": "neutral", "running": "neutral"}
@@ -61,16 +62,17 @@ def summarize(project: str, run: dict[str, Any], diff: dict[str, Any], links: Li
     title = _title(verdict, lost, gained, timing_alerts, failed, len(run["jobs"]), timings_pending)
     lines = [f"### fusionwatch · {project} · {verdict}", "",
              f"Commit `{diff['commit'][:12]}` on `{diff['branch']}`, each result against its baseline. {title}.", ""]
+    names = short_names([c.op for c in (*lost, *gained)])
     if lost:
         lines += ["**Fused ops lost**", "", "| model | engine | level | fused op | before → after | cause |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {_cell(c.model)} | {c.engine} | {c.level} | {_cell(_short(c.op))} | {c.before} → {c.after} | "
+        lines += [f"| {_cell(c.model)} | {c.engine} | {c.level} | {_cell(names[c.op])} | {c.before} → {c.after} | "
                   f"{_cell(c.cause)} |" for c in lost]
         lines.append("")
     if gained:
         lines += ["**Fused ops gained**", "", "| model | engine | level | fused op | before → after |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {_cell(c.model)} | {c.engine} | {c.level} | {_cell(_short(c.op))} | {c.before} → {c.after} |"
+        lines += [f"| {_cell(c.model)} | {c.engine} | {c.level} | {_cell(names[c.op])} | {c.before} → {c.after} |"
                   for c in gained]
         lines.append("")
     if not lost and not gained:
@@ -170,7 +172,7 @@ def _title(verdict: str, lost: list, gained: list, timing_alerts: list, failed: 
            timings_pending: bool) -> str:
     parts = []
     if lost:
-        ops = sorted({_short(c.op) for c in lost})
+        ops = sorted(set(short_names([c.op for c in lost]).values()))
         parts.append(f"lost fused ops: {', '.join(ops[:4])}{' …' if len(ops) > 4 else ''}")
     if gained:
         parts.append(f"{len(gained)} fused-op count(s) rose")
@@ -187,11 +189,6 @@ def _title(verdict: str, lost: list, gained: list, timing_alerts: list, failed: 
 
 def _has_baseline(diff: dict[str, Any]) -> bool:
     return any(entry["baseline_commit"] is not None for entry in diff["models"])
-
-
-def _short(op: str) -> str:
-    """"com.microsoft.BiasGelu" → "BiasGelu": the domain is noise in a table cell."""
-    return op.rsplit(".", 1)[-1]
 
 
 def _cell(text: str) -> str:

@@ -55,7 +55,8 @@ def detect_fusions(
     if rises:
         where = f"model {model.name}, {result.engine} {result.engine_version}, level {result.level}"
         against = f"at commit {commit.sha[:12]} against baseline {baseline_commit.sha[:12]}"
-        parts = [f"{c['rule'] or c['op']}: {c['op']} {c['before']} → {c['after']}" for c in rises]
+        parts = [f"{c['rule']}: {c['op']} {c['before']} → {c['after']}" if c["rule"] else
+                 f"{c['op']} {c['before']} → {c['after']} (in the export as written: no rule makes it)" for c in rises]
         message = f"{'; '.join(parts)} for {where} {against}"
         if absorbed:  # a drop shown here, not as a regression: say why
             dropped = ", ".join(f"{c['op'].rsplit('.', 1)[-1]} {c['before']} → {c['after']}" for c in absorbed)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from fastapi.templating import Jinja2Templates
 
+from service.domain.op_names import short_names
 from service.usecases.repro import command
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -46,9 +48,10 @@ def sparkline(values: list[float], width: int = 120, height: int = 24) -> str:
     return " ".join(f"{i * step:.1f},{height - 2 - (v - low) / span * (height - 4):.1f}" for i, v in enumerate(values))
 
 
-def short_op(op: str) -> str:
-    """"com.microsoft.BiasGelu" → "BiasGelu": tables are read by people who know the domain."""
-    return op.removeprefix("com.microsoft.")
+def short_op(op: str, among: Iterable[str] = ()) -> str:
+    """"com.microsoft.BiasGelu" → "BiasGelu": tables are read by people who know the domain; it stays
+    where one of `among` (the table's other ops) has the same name in another domain."""
+    return short_names([op, *among])[op]
 
 
 def error(value: float | str | None) -> str:
