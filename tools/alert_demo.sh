@@ -38,7 +38,7 @@ curl -s -H "Authorization: Bearer $FUSIONWATCH_TOKEN" -OJ "$API/alerts/$ID/repro
 curl -s -H "Authorization: Bearer $FUSIONWATCH_TOKEN" -OJ "$API/alerts/$ID/repro?side=baseline"
 ls -l repro-*.onnx | awk '{print $5, $9}'
 python - <<PY
-from service.alerts.repro import command
+from service.usecases.repro import command
 import glob
 print("\$ " + command("fusionwatch", "extended", "com.microsoft.BiasGelu", sorted(glob.glob("repro-*-commit.onnx")) + sorted(glob.glob("repro-*-baseline.onnx"))))
 PY
