@@ -35,7 +35,7 @@ def call_onnx(func: Callable[[onnx.ModelProto], _R], model: ir.Model) -> _R:
                 value.dtype = value.dtype if value.dtype is not None else tensor.dtype
             if value not in graph.inputs:
                 graph.inputs.append(value)
-            if tensor is None or tensor.nbytes > BIG_TENSOR_BYTES:
+            if tensor is None or _too_big_to_copy(tensor):
                 value.const_value = None
                 graph.initializers.pop(value.name)
         return func(serialize_for_inference(model))
@@ -46,6 +46,14 @@ def call_onnx(func: Callable[[onnx.ModelProto], _R], model: ir.Model) -> _R:
                 graph.initializers.add(value)
         graph.inputs.clear()
         graph.inputs.extend(inputs)
+
+
+def _too_big_to_copy(tensor) -> bool:
+    """Whether inference goes without the tensor's values: over BIG_TENSOR_BYTES, or strings, whose
+    size onnx-ir cannot tell without decoding them (and whose values no shape depends on)."""
+    if tensor.dtype == ir.DataType.STRING:
+        return True
+    return tensor.nbytes > BIG_TENSOR_BYTES
 
 
 def serialize_for_inference(model: ir.Model) -> onnx.ModelProto:

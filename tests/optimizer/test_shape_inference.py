@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
+from optimizer import optimize
 from optimizer.model_io import load_model
 from optimizer.shape_inference import infer_shapes
 
@@ -97,3 +100,20 @@ def test_inferred_types_are_read_as_onnx_irs_serde_reads_them():
     denoted.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
     sequence = helper.make_sequence_type_proto(dims)
     assert read_tensor_type(denoted) is None and read_tensor_type(sequence) is None
+
+
+def test_a_string_constant_does_not_stop_inference():
+    # onnx-ir cannot size a string tensor (its nbytes raises); the copy inference reads goes without it.
+    strings = onnx.helper.make_tensor("s", onnx.TensorProto.STRING, [2], [b"a", b"b"])
+    nodes = [onnx.helper.make_node("Constant", [], ["s"], value=strings), onnx.helper.make_node("Equal", ["s", "q"], ["e"]),
+             onnx.helper.make_node("Cast", ["e"], ["f"], to=onnx.TensorProto.FLOAT), onnx.helper.make_node("Add", ["x", "f"], ["y"])]
+    graph = onnx.helper.make_graph(
+        nodes, "strings", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+                           onnx.helper.make_tensor_value_info("q", onnx.TensorProto.STRING, [2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    for level in ("basic", "extended", "all"):
+        model = ir.serde.deserialize_model(proto)
+        assert optimize(model, level).report.ops_after == {"Add": 1, "Cast": 1, "Equal": 1}
+        [kept] = model.graph.initializers.values()  # the folded Constant, its strings intact
+        assert kept.const_value.numpy().tolist() == [b"a", b"b"]
