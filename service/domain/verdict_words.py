@@ -25,8 +25,22 @@ def from_paired(verdict: PairedVerdict) -> dict[str, Any]:
     return {
         "word": verdict.word, "basis": "paired", "change_pct": round(verdict.change_pct, 2),
         "bar_pct": verdict.min_effect_pct,
-        "statistic": f"candidate / baseline {verdict.ratio:.3f}{interval} over {verdict.pairs} pairs",
+        "statistic": f"candidate / baseline {verdict.ratio:.3f}{interval} over {verdict.pairs} pairs{_undecided(verdict)}",
     }  # fmt: skip
+
+
+def _undecided(verdict: PairedVerdict) -> str:
+    """What an inconclusive interval does say: a change known to be there but not to reach the bar
+    (1.047 [1.043, 1.052] over 60 pairs: slower, by about the bar) reads otherwise as if nothing were
+    known."""
+    if verdict.word != INCONCLUSIVE or verdict.high == float("inf"):
+        return ""
+    bar = f"{verdict.min_effect_pct:g}%"
+    if verdict.low > 1:
+        return f": slower, but not clearly by {bar} or more"
+    if verdict.high < 1:
+        return f": faster, but not clearly by {bar} or more"
+    return f": no change ruled out, nor one of {bar}"
 
 
 def from_window(verdict: TimingVerdict | None, min_noise_jobs: int) -> dict[str, Any]:

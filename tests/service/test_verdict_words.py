@@ -37,3 +37,15 @@ def test_a_paired_verdict_shows_its_ratio_and_interval():
     assert words["statistic"] == "candidate / baseline 1.120 [1.120, 1.120] over 12 pairs"
     assert verdict_words.from_paired(decide_paired([1.0] * 3, [1.5] * 3))["statistic"] == (
         "candidate / baseline 1.500 (too few pairs for an interval) over 3 pairs")
+
+
+def test_an_inconclusive_paired_interval_says_what_it_does_know():
+    at_the_bar = verdict_words.from_paired(decide_paired([1.0] * 12, [1.04, 1.045, 1.05, 1.055] * 3))
+    assert at_the_bar["word"] == "inconclusive"
+    assert at_the_bar["statistic"].endswith("over 12 pairs: slower, but not clearly by 5% or more")
+    faster = verdict_words.from_paired(decide_paired([1.0] * 12, [1 / 1.04, 1 / 1.045, 1 / 1.05, 1 / 1.055] * 3))
+    assert faster["statistic"].endswith(": faster, but not clearly by 5% or more")
+    wide = verdict_words.from_paired(decide_paired([1.0] * 12, [0.8, 1.25, 0.9, 1.1] * 3))
+    assert wide["word"] == "inconclusive" and wide["statistic"].endswith(": no change ruled out, nor one of 5%")
+    decided = verdict_words.from_paired(decide_paired([1.0] * 12, [1.12] * 12))
+    assert decided["statistic"] == "candidate / baseline 1.120 [1.120, 1.120] over 12 pairs"
