@@ -244,6 +244,10 @@ def _check_attributes(node: onnx.NodeProto, which: str, label: str) -> None:
         if field is not None and not attribute.ref_attr_name and not attribute.HasField(field):
             kind = onnx.AttributeProto.AttributeType.Name(attribute.type)
             raise ModelLoadError(f"{label}: {which} has attribute '{name}' of type {kind} without its value")
+        if attribute.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS):
+            # onnx-ir cannot read them yet; its error quotes the whole attribute, values and all.
+            raise ModelLoadError(f"{label}: {which} has attribute '{name}', a sparse tensor, which fusionwatch "
+                                 f"cannot read yet: write it dense (a Constant's 'value')")
 
 
 MAX_FUNCTION_DEPTH = 64  # calls within calls; a chain of thousands would exhaust Python's stack

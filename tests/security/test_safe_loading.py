@@ -223,6 +223,24 @@ def test_an_attribute_without_its_type_or_value_is_a_load_error_naming_node_and_
         None, {"x": np.array([1.0, 1.0], np.float32)})[0].tolist() == [2.0, 3.0]
 
 
+def test_a_sparse_attribute_is_refused_by_name_without_quoting_its_values():
+    """onnx-ir cannot read sparse tensors yet; its error quoted the whole attribute, values included."""
+    from onnx import TensorProto, helper
+
+    values = helper.make_tensor("v", TensorProto.FLOAT, [2], [1.25, 2.5])
+    sparse = helper.make_sparse_tensor(values, helper.make_tensor("i", TensorProto.INT64, [2], [0, 3]), [4])
+    constant = helper.make_node("Constant", [], ["c"], name="dense_later", sparse_value=sparse)
+    graph = helper.make_graph([constant, helper.make_node("Add", ["x", "c"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelLoadError) as refused:
+        load_model(proto)
+    assert str(refused.value) == ("<ModelProto>: node #0 'dense_later' (Constant) of the main graph has attribute "
+                                  "'sparse_value', a sparse tensor, which fusionwatch cannot read yet: write it dense "
+                                  "(a Constant's 'value')")
+
+
 def _function_model(depth: int, recursive: bool = False):
     """f0 calls f1 twice, f1 calls f2 twice, ... f(depth) is one Relu: 2**depth Relus once inlined."""
     from onnx import TensorProto, helper
