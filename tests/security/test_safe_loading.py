@@ -312,3 +312,17 @@ def test_an_external_data_entry_listing_a_key_twice_is_refused_naming_it(tmp_pat
     (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
     with pytest.raises(ModelLoadError, match="tensor 'stolen' lists the external-data key 'location' 2 times"):
         optimize(tmp_path / "model.onnx")
+
+
+def test_a_sparse_initializer_is_refused_by_name():
+    """onnx-ir drops sparse initializers with a warning; the model then failed as reading an undefined value."""
+    from onnx import TensorProto, helper
+
+    values = helper.make_tensor("offsets", TensorProto.FLOAT, [2], [1.25, 2.5])
+    sparse = helper.make_sparse_tensor(values, helper.make_tensor("i", TensorProto.INT64, [2], [0, 3]), [4])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "offsets"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], sparse_initializer=[sparse])
+    with pytest.raises(ModelLoadError, match=r"^<ModelProto>: the main graph has sparse initializer\(s\) \['offsets'\], "
+                                             r"which fusionwatch cannot read yet: write them dense$"):
+        load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
