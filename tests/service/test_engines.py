@@ -194,6 +194,7 @@ def test_missing_or_unreadable_model_is_an_engine_error_naming_the_file(tmp_path
     with pytest.raises(EngineError, match=r"garbage\.onnx: not a readable ONNX model") as raised:
         run_engine(engine, garbage, "basic", **QUICK)
     assert raised.value.__cause__ is not None
+    assert str(raised.value).count("garbage.onnx") == 1  # the loader's message named it too
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))

@@ -81,8 +81,8 @@ def run_engine(
         # external data itself, so it is only given files whose data stays in their directory.
         # The graph only: feeds need input types and embedding table shapes, not weights on disk.
         model = check_model_file(path, limits)
-    except ModelLoadError as error:
-        raise EngineError(name, level, path, str(error)) from error
+    except ModelLoadError as error:  # its message starts with the file, which EngineError names already
+        raise EngineError(name, level, path, str(error).removeprefix(f"{path}: ")) from error
     try:
         feeds = make_feeds(model, sequence_length)
     except FeedError as error:
