@@ -62,6 +62,10 @@ CAPTURES = (
             "paired 03:07:58-03:12:05, taken after the paired path's replicated regression and second try "
             "(b0276f9) were committed: the held-out capture of the rules as they stand; make bench-detect "
             "and another engineer's optimizer benchmarks running", held_out=True),
+    Capture("zen5d", "detect_noise_zen5d.npz", "paired_noise_zen5d.npz",
+            "session 15, the same VM as zen5b (family 26 model 2), 2026-11-29 UTC, unpaired 04:43:02-04:46:04, "
+            "paired 04:46:06-04:50:07, with the session's code final (8b624d0): the paired path's check frozen since "
+            "b0276f9, the unpaired rules since f718829; nothing else running", held_out=True),
 )
 
 
