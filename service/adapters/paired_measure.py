@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from statistics import median_high
 
 from optimizer import DEFAULT_LIMITS, LoadLimits, ModelLoadError, check_model_file
 from service.adapters.baseline_process import BaselineProcess
@@ -76,13 +77,8 @@ def measure_paired(
     runner = engine_named(engine)
     feeds = _feeds(Path(candidate_path), Path(baseline_path), engine, level, protocol, limits)
 
-    def once() -> PairedTiming:
-        timers = [runner.open_timer(Path(path), level, feeds, threads=protocol.threads, custom_ops=custom_ops)
-                  for path in (baseline_path, candidate_path)]
-        baseline, candidate = (_fastest_of(timer) for timer in timers)
-        return alternate(baseline, candidate, max(1, protocol.warmup), policy, clock)
-
-    timing = with_second_try(once)
+    timing = with_second_try(lambda: _sessions_alternately(
+        runner, ((baseline_path, ()), (candidate_path, ())), level, feeds, protocol, policy, custom_ops, clock))
     if timing.verdict is not None and timing.verdict.word == paired.REGRESSED:
         def profiled(path: str | Path) -> list[dict]:
             return runner.run(Path(path), level, feeds, runs=PROFILED_RUNS, warmup=max(1, protocol.warmup),
@@ -110,10 +106,10 @@ def kernels_side_by_side(profiled: Callable[[str | Path], list[dict]], baseline_
         for side in paired.pair_order(round_):
             for kernel in profiled(paths[side]):
                 times[side].setdefault(str(kernel["op"]), []).append(float(kernel["ms"]))
-    # An op in fewer than half the rounds' top lists is left out: its median would be of a few rounds.
+
     def medians(side: str) -> list[dict]:
-        kept = {op: sorted(ms) for op, ms in times[side].items() if 2 * len(ms) >= rounds}
-        rows = [{"op": op, "ms": round(ms[len(ms) // 2], 6)} for op, ms in kept.items()]
+        # An op in fewer than half the rounds' top lists is left out: its median would be of a few rounds.
+        rows = [{"op": op, "ms": round(median_high(ms), 6)} for op, ms in times[side].items() if 2 * len(ms) >= rounds]
         return sorted(rows, key=lambda row: -row["ms"])
 
     return {"baseline": medians("A"), "candidate": medians("B")}
@@ -130,20 +126,21 @@ def measure_rule_worth(
     """One model file timed with `rule` (side A, as the level runs it) and without it (side B),
     alternately, as a paired timing is: B / A is what losing the rule's fusion costs. Raises
     EngineError when the file cannot be opened or run."""
-    runner = engine_named(engine)
-    try:
-        feeds = dict(make_feeds(check_model_file(Path(path), limits), protocol.sequence_length))
-    except (FeedError, ModelLoadError) as error:
-        raise EngineError(engine, level, path, f"cannot make inputs: {error}") from error
+    feeds = _model_feeds(Path(path), engine, level, protocol, limits)
     policy = replace(policy_for(protocol), max_seconds=WORTH_MAX_SECONDS)
+    return with_second_try(lambda: _sessions_alternately(
+        engine_named(engine), ((path, ()), (path, (rule,))), level, feeds, protocol, policy, custom_ops, clock))
 
-    def once() -> PairedTiming:
-        timers = [runner.open_timer(Path(path), level, feeds, threads=protocol.threads, disabled=disabled,
-                                    custom_ops=custom_ops) for disabled in ((), (rule,))]
-        with_rule, without_rule = (_fastest_of(timer) for timer in timers)
-        return alternate(with_rule, without_rule, max(1, protocol.warmup), policy, clock)
 
-    return with_second_try(once)
+def _sessions_alternately(
+    runner, sides: tuple[tuple[str | Path, tuple[str, ...]], ...], level: str, feeds: dict, protocol: Protocol,
+    policy: paired.PairedPolicy, custom_ops: CustomOps, clock: Callable[[], float],
+) -> PairedTiming:
+    """Two fresh sessions, (file, rules disabled) for side A then side B, timed alternately."""
+    timers = [runner.open_timer(Path(path), level, feeds, threads=protocol.threads, disabled=disabled,
+                                custom_ops=custom_ops) for path, disabled in sides]
+    baseline, candidate = (_fastest_of(timer) for timer in timers)
+    return alternate(baseline, candidate, max(1, protocol.warmup), policy, clock)
 
 
 def with_second_try(measure: Callable[[], PairedTiming]) -> PairedTiming:
@@ -209,10 +206,7 @@ def measure_against_environment(
     """The same model file timed in the baseline's Python environment (side A, another engine version)
     and in this one (side B, with the `disabled` rules off), alternately; returns the timing and the
     baseline's engine version."""
-    try:
-        feeds = make_feeds(check_model_file(path, limits), protocol.sequence_length)
-    except (FeedError, ModelLoadError) as error:
-        raise EngineError(engine, level, path, f"cannot make inputs: {error}") from error
+    feeds = _model_feeds(path, engine, level, protocol, limits)
     versions: list[str] = []
 
     def once() -> PairedTiming:
@@ -247,6 +241,13 @@ def _fastest_of(timer: Callable[[], float]) -> Block:
 
 def policy_for(protocol: Protocol) -> paired.PairedPolicy:
     return paired.PairedPolicy(min_effect_pct=protocol.timing_threshold_pct, max_seconds=protocol.paired_max_seconds)
+
+
+def _model_feeds(path: Path, engine: str, level: str, protocol: Protocol, limits: LoadLimits) -> dict:
+    try:
+        return dict(make_feeds(check_model_file(path, limits), protocol.sequence_length))
+    except (FeedError, ModelLoadError) as error:
+        raise EngineError(engine, level, path, f"cannot make inputs: {error}") from error
 
 
 def _feeds(candidate: Path, baseline: Path, engine: str, level: str, protocol: Protocol, limits: LoadLimits) -> dict:

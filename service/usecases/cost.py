@@ -13,6 +13,7 @@ two separately timed runs (the range of their runs, one slow run wide) could not
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import median_high
 from typing import Any
 
 from service.adapters.engines import EngineError
@@ -30,12 +31,16 @@ def lost_fusion_cost(op: str, rule: str, engine: str, level: str, baseline_file:
         return {"error": f"could not time the baseline with and without {rule}: {error}"}
     verdict = timing.verdict
     # Each block's level is its fastest run; the medians of the blocks are each side's time.
-    with_ms, without_ms = _median(timing.baseline_ms), _median(timing.candidate_ms)
+    with_ms, without_ms = median_high(timing.baseline_ms), median_high(timing.candidate_ms)
     worth = without_ms - with_ms
     name = op.rsplit(".", 1)[-1]
     how = (f"{engine} {level}, the baseline timed with and without {rule} alternately, "
            f"{verdict.pairs} paired blocks, {verdict.confidence:.0%} interval")
-    times = f"{verdict.ratio:.2f}× as long [{verdict.low:.2f}, {verdict.high:.2f}]"
+    # A job whose budget ended before 6 pairs has no interval (its high is infinite, which JSON cannot hold).
+    bounds = verdict.to_dict()
+    interval = (f"[{bounds['low']:.2f}, {bounds['high']:.2f}]" if bounds["high"] is not None
+                else "(too few pairs for an interval)")
+    times = f"{verdict.ratio:.2f}× as long {interval}"
     if verdict.word == paired.REGRESSED:
         text = f"{name} was worth {worth:.2f} ms of this model's {with_ms:.2f} ms: without it a run takes {times} ({how})"
     elif verdict.word == paired.IMPROVED:
@@ -48,11 +53,10 @@ def lost_fusion_cost(op: str, rule: str, engine: str, level: str, baseline_file:
     return {
         "rule": rule, "engine": engine, "level": level, "pairs": verdict.pairs, "with_ms": round(with_ms, 4),
         "without_ms": round(without_ms, 4), "worth_ms": round(worth, 4), "word": verdict.word,
-        "ratio": round(verdict.ratio, 4), "low": round(verdict.low, 4), "high": round(verdict.high, 4),
+        "ratio": round(verdict.ratio, 4), "low": _rounded(bounds["low"]), "high": _rounded(bounds["high"]),
         "machine_s": round(timing.machine_s, 3), "text": text,
     }
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2] if ordered else 0.0
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

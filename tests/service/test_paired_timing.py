@@ -141,13 +141,15 @@ def test_paired_samples_of_unequal_length_are_refused_naming_the_field(client):
 
 
 def _constant_work(tmp_path):
-    """x + (W @ W @ W @ W), W a 256×256 constant: ConstantFolding leaves one Add, without it every run
-    multiplies three 256×256 products."""
+    """x + (W @ W @ W @ W), W a 256×256 constant, x four such planes: ConstantFolding leaves one Add of
+    256K values, without it every run multiplies three 256×256 products. (With x one plane a run took
+    11 µs, and two sessions of the same graph differed by 5% for a whole job: a session's own layout,
+    which no pairing of blocks can see.)"""
     w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32) / 16, "w")
     nodes = [helper.make_node("MatMul", ["w", "w"], ["w2"]), helper.make_node("MatMul", ["w2", "w"], ["w3"]),
              helper.make_node("MatMul", ["w3", "w"], ["w4"]), helper.make_node("Add", ["x", "w4"], ["y"])]
-    graph = helper.make_graph(nodes, "constant_work", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256, 256])], [w])
+    graph = helper.make_graph(nodes, "constant_work", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 256, 256])], [w])
     path = tmp_path / "constant_work.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
@@ -162,3 +164,15 @@ def test_a_rules_worth_is_the_same_file_timed_with_and_without_it_alternately(tm
     assert 0 < worth.machine_s <= WORTH_MAX_SECONDS * 2  # a second try at most
     nothing = measure_rule_worth(path, "fusionwatch", "basic", "GeluFusion", protocol)  # fires nowhere here
     assert nothing.verdict.word != "regressed"
+
+
+def test_a_worth_whose_budget_ends_before_an_interval_is_stored_as_json_can_hold_it(tmp_path, monkeypatch):
+    from service.adapters import paired_measure
+    from service.usecases.cost import lost_fusion_cost
+
+    monkeypatch.setattr(paired_measure, "WORTH_MAX_SECONDS", 0.0)  # one pair a try, too few for an interval
+    cost = lost_fusion_cost("com.microsoft.BiasGelu", "ConstantFolding", "fusionwatch", "basic",
+                            _constant_work(tmp_path), Protocol(threads=1))
+    assert cost["word"] == "inconclusive" and cost["pairs"] == 1 and cost["high"] is None
+    assert "without it a run takes" in cost["text"] and "(too few pairs for an interval)" in cost["text"]
+    json.dumps(cost, allow_nan=False)  # PostgreSQL's JSON has no Infinity
