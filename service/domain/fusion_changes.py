@@ -69,8 +69,13 @@ def count_changes(before: Mapping[str, int], after: Mapping[str, int]) -> tuple[
 # BiasGelu is the bias Add and the exact (Erf) GELU; FastGelu with its bias input is the bias Add and the
 # tanh GELU. A model whose GELU is now the tanh form (Hugging Face's gelu_new) loses BiasGelu to FastGelu
 # and runs as fused as before (paired timing on such an export: within noise); a FastGelu that left the
-# bias Add standing has one Add more per place, and the drop stays lost.
-IN_ANOTHER_FORM: dict[str, tuple[str, str]] = {"com.microsoft.BiasGelu": ("com.microsoft.FastGelu", "Add")}
+# bias Add standing has one Add more per place, and the drop stays lost. Likewise a tanh GELU rewritten
+# as x·sigmoid(1.702x) (quick_gelu) is fused as QuickGelu: no loss where FastGelu had no bias to take in
+# (GPT-2's, whose bias is in its Gemm), a loss where the bias Add is left standing (BERT's BiasGelu).
+IN_ANOTHER_FORM: dict[str, tuple[str, str]] = {
+    "com.microsoft.BiasGelu": ("com.microsoft.FastGelu", "Add"),
+    "com.microsoft.FastGelu": ("com.microsoft.QuickGelu", "Add"),
+}
 
 
 def separate_absorbed(

@@ -64,6 +64,18 @@ def test_bias_gelu_fused_as_fast_gelu_with_its_bias_is_no_loss_but_one_that_left
     assert separate_absorbed(*fewer, ops_before={"Add": 1}, ops_after={"Add": 1})[0] == fewer[0]
 
 
+def test_a_tanh_gelu_rewritten_as_quick_gelu_is_no_loss_unless_it_leaves_a_bias_add():
+    """GPT-2 with activation_function="quick_gelu" (a walkthrough's commit): FastGelu 2 → QuickGelu 2, the
+    bias already in the Gemm before, the Adds unchanged; the exact GELU's BiasGelu → QuickGelu leaves the
+    bias Add standing and stays lost."""
+    quick = "com.microsoft.QuickGelu"
+    drops, rises = count_changes({FAST_GELU: 2}, {quick: 2})
+    assert separate_absorbed(drops, rises, ops_before={"Add": 4}, ops_after={"Add": 4}) == ([], drops)
+    assert separate_absorbed(drops, rises, ops_before={"Add": 4}, ops_after={"Add": 6}) == (drops, [])
+    assert [c["op"] for c in taken_up_by(drops[0], rises)] == [quick]
+    bias_gelu = count_changes({BIAS_GELU: 2}, {quick: 2})
+    assert separate_absorbed(*bias_gelu, ops_before={"Add": 4}, ops_after={"Add": 6}) == (bias_gelu[0], [])
+
 def test_what_took_a_drop_up_is_named():
     # LayerNormalization absorbed into SkipLayerNormalization (the dynamo export of a BERT), BiasGelu
     # fused in its other form; an unrelated rise takes nothing up.
