@@ -39,15 +39,18 @@ def infer_shapes(model: ir.Model, refine: bool = False) -> None:
     With `refine`, values that have a shape also take every dimension inference now knows as a
     number where theirs is symbolic or unknown (inference on the current graph proves it).
     """
-    _forget_negative_dims(model)
-    _import_used_domains(model)
-    _infer_once(model, refine)
+    # The node list is walked several times here and does not change: a tuple walks ~20 times
+    # faster than onnx-ir's linked list (~75 µs a walk on a tiny GPT-2).
+    nodes = tuple(model.graph)
+    _forget_negative_dims(model, nodes)
+    _import_used_domains(model, nodes)
+    _infer_once(model, refine, nodes)
     # Where onnx's inference stops (see _fill_what_onnx_cannot), say what is known and let it
     # carry on; each round can only add shapes, so a few rounds settle.
     for _ in range(MAX_FILL_ROUNDS):
-        if not _fill_what_onnx_cannot(model):
+        if not _fill_what_onnx_cannot(nodes):
             break
-        _infer_once(model, refine)
+        _infer_once(model, refine, nodes)
     if not refine:  # the graph as loaded, for shape_probe's pinned runs (no second serialization)
         forget_pinned(model.graph)
 
@@ -59,7 +62,7 @@ MAX_FILL_ROUNDS = 3
 SHAPE_KEEPING_OPS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
 
 
-def _fill_what_onnx_cannot(model: ir.Model) -> bool:
+def _fill_what_onnx_cannot(nodes: tuple[ir.Node, ...]) -> bool:
     """Shapes onnx's inference leaves out that the graph still determines; True if any was added.
 
     - onnx has no shape function for onnxruntime's normalization ops (LayerNormalization below
@@ -69,7 +72,7 @@ def _fill_what_onnx_cannot(model: ir.Model) -> bool:
       a whole GPT-2 layer, then has no rank for the rules to check. The rank, with unknown dims.
     """
     filled = False
-    for node in model.graph:
+    for node in nodes:
         if node.domain not in ("", "ai.onnx") or not node.outputs or node.outputs[0].shape is not None:
             continue
         if node.op_type == "Reshape" and len(node.inputs) > 1:
@@ -92,7 +95,7 @@ def _fill_what_onnx_cannot(model: ir.Model) -> bool:
     return filled
 
 
-def _infer_once(model: ir.Model, refine: bool) -> None:
+def _infer_once(model: ir.Model, refine: bool, nodes: tuple[ir.Node, ...]) -> None:
     infer = partial(
         onnx.shape_inference.infer_shapes, check_type=False, strict_mode=False, data_prop=data_prop_is_bounded(model)
     )
@@ -113,7 +116,7 @@ def _infer_once(model: ir.Model, refine: bool) -> None:
         # Rules then see fewer shapes and say so in their near misses; the model is unchanged.
         log.warning("shape inference failed: %s", shorten(str(error), 300))
         return
-    values = {v.name: v for node in model.graph for v in node.outputs if v.name}
+    values = {v.name: v for node in nodes for v in node.outputs if v.name}
     named = {d.value for v in model.graph.inputs if v.shape is not None for d in v.shape if isinstance(d, ir.SymbolicDim)}
     named.discard(None)
     # A graph repeats a few types (~90 distinct among a tiny GPT-2's 530): each is read once.
@@ -231,7 +234,7 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
-def _import_used_domains(model: ir.Model) -> None:
+def _import_used_domains(model: ir.Model, nodes: tuple[ir.Node, ...]) -> None:
     """Import, at version 1, every domain a node uses that the model forgot to import.
 
     onnxruntime runs such models (its own fusion test models use com.microsoft ops without the
@@ -239,20 +242,20 @@ def _import_used_domains(model: ir.Model) -> None:
     meets a model without shapes. The import is what the node's domain needs anyway.
     """
     imports = model.graph.opset_imports
-    for node in model.graph:
+    for node in nodes:
         domain = "" if node.domain == "ai.onnx" else node.domain
         if domain not in imports and not (domain == "" and "ai.onnx" in imports):
             imports[domain] = 1
 
 
-def _forget_negative_dims(model: ir.Model) -> None:
+def _forget_negative_dims(model: ir.Model, nodes: tuple[ir.Node, ...]) -> None:
     """Make a negative dimension unknown, as it means: ONNX allows none, older exporters wrote -1.
 
     Read as a number, -1 let ConstantFolding turn Shape(x) into [-1, -1] and the arithmetic after it
     into nonsense (a Range(0, -1) that is empty, a broadcast to a negative size) — a wrong constant
     where the model only said "not known" (ONNX Runtime's embed_layer_norm_format8.onnx).
     """
-    values = [*model.graph.inputs, *model.graph.outputs, *(v for node in model.graph for v in node.outputs)]
+    values = [*model.graph.inputs, *model.graph.outputs, *(v for node in nodes for v in node.outputs)]
     for value in values:
         shape = value.shape
         if shape is not None and any(isinstance(d, int) and d < 0 for d in shape):

@@ -130,9 +130,10 @@ def lift_constant(graph: ir.Graph, node: ir.Node, lifted: list[ir.Node]) -> bool
     if array.size > MAX_FOLDED_ELEMENTS or (output.shape is not None and _too_big(output.shape)):
         return False
     if output.uses():
-        tensor = ir.Tensor(np.asarray(array, order="C"), name=name)
-        replacement = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype),
-                               const_value=tensor)
+        # One shape for both: the tensor freezes it, and nothing changes a value's shape in place.
+        shape = ir.Shape(array.shape)
+        tensor = ir.Tensor(np.asarray(array, order="C"), name=name, shape=shape)
+        replacement = ir.Value(name=name, shape=shape, type=ir.TensorType(tensor.dtype), const_value=tensor)
         output.replace_all_uses_with(replacement)
         replacement.meta[FOLDED_META_KEY] = True
         graph.register_initializer(replacement)
