@@ -33,7 +33,7 @@ from optimizer.fusions.attention_packed import (
     trace_projections,
 )
 from optimizer.fusions.attention_sdpa import match_sdpa
-from optimizer.fusions.attention_shared import keep_shared
+from optimizer.fusions.attention_shared import keep_shared, reads_own_output
 from optimizer.rule import Fail, Match, Rule, fail
 
 
@@ -49,13 +49,13 @@ class AttentionFusion(Rule):
         paths = trace_projections(sdpa)
         if isinstance(paths, dict):
             packed = match_packed(graph, sdpa, paths)
-            return keep_shared(graph, packed, sdpa.core) if isinstance(packed, Match) else packed
+            return _acyclic(keep_shared(graph, packed, sdpa.core)) if isinstance(packed, Match) else packed
         # Q, K and V may arrive already projected and split into heads, with work between the
         # projection and the product (Llama's rotary embedding and grouped-query K/V repeat).
         role, broken = paths
         heads = match_heads(graph, sdpa)
         if isinstance(heads, Match):
-            return keep_shared(graph, heads, sdpa.core)
+            return _acyclic(keep_shared(graph, heads, sdpa.core))
         reason = f"{role} projection {broken}"
         if isinstance(heads, Fail):
             reason += f"; as heads for MultiHeadAttention: {heads.reason}"
@@ -67,6 +67,11 @@ class AttentionFusion(Rule):
         if match.captures.get("projected") is not None:
             return rewrite_projected(op, match)
         return rewrite_packed(op, match)
+
+
+def _acyclic(match: Match) -> Match | Fail:
+    """`match`, or why its presents would feed the fused op itself."""
+    return reads_own_output(match, match.outputs[1:]) or match
 
 
 __all__ = ["AttentionFusion"]

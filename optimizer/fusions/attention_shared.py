@@ -29,8 +29,8 @@ import numpy as np
 import onnx_ir as ir
 
 from optimizer.fusions.attention_layout import LayoutProbe
-from optimizer.match import consumers, is_op
-from optimizer.rule import Match
+from optimizer.match import consumers, describe, is_op
+from optimizer.rule import Fail, Match, fail
 
 
 def keep_shared(graph: ir.Graph, match: Match, core: list[ir.Node]) -> Match:
@@ -66,6 +66,32 @@ def keep_shared(graph: ir.Graph, match: Match, core: list[ir.Node]) -> Match:
         return match
     match.nodes = [n for n in match.nodes if id(n) not in kept]
     return match
+
+
+def reads_own_output(match: Match, values: list[ir.Value]) -> Fail | None:
+    """Why `match` cannot become one node, when one of `values`, outputs the fused op replaces (a
+    present key/value), comes back into the block through nodes outside it: fused, the op would
+    compute an input from its own output, a cycle no order of the nodes can run. The walk starts
+    only at those outputs' outside readers, which are rarely more than the graph output; a Shape of
+    the concatenated key (transformers' SDPA mask slice) is one such reader."""
+    inside = {id(n) for n in match.nodes}
+    for value in values:
+        seen: set[int] = set()
+        stack = [(u, u) for u in consumers(value) if id(u) not in inside]  # (node, the reader it came from)
+        while stack:
+            node, reader = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            for output in node.outputs:
+                for user in consumers(output):
+                    if id(user) in inside:
+                        return fail("boundary", f"'{value.name}', an output the fused op would replace, is read by "
+                                    f"{describe(reader)} outside the block, and what that computes reaches the block's "
+                                    f"{describe(user)} (through {describe(node)}): fused, the op would need its own "
+                                    "output as an input", reader)
+                    stack.append((user, reader))
+    return None
 
 
 def _with_producers(nodes: list[ir.Node], inside: set[int]) -> dict[int, ir.Node]:
@@ -124,4 +150,4 @@ def _role_columns(graph: ir.Graph, path, columns: np.ndarray, hidden: int) -> ir
     return first.outputs[path.picks.get(id(first), 0)]
 
 
-__all__ = ["keep_shared"]
+__all__ = ["keep_shared", "reads_own_output"]

@@ -143,10 +143,14 @@ def past_feeds(model: onnx.ModelProto, batch: int, past: int, seq: int, seed: in
     return feeds
 
 
-def hf_past_attention() -> onnx.ModelProto:
+def hf_past_attention(*, mask_to_key_length: bool = False) -> onnx.ModelProto:
     """The cache as Hugging Face models take it today: a past_key and a past_value [B, N, P, H]
     per layer, the new key/value concatenated onto them (the results are the present outputs), and
-    the mask the exporter computes as an additive [B, 1, S, P+S] bias (here an input)."""
+    the mask the exporter computes as an additive [B, 1, S, P+S] bias (here an input).
+
+    mask_to_key_length: the bias is sliced to the length of the concatenated keys, read from the
+    present key's shape, as transformers' SDPA attention does (`attention_mask[:, :, :, :key.shape[-2]]`;
+    Optimum's GPT-2 and BART decoders with past): the mask then depends on the present output."""
     rng = np.random.default_rng(12)
     inits = [
         numpy_helper.from_array((rng.standard_normal((HIDDEN, 3 * HIDDEN)) * 0.3).astype(np.float32), "w_qkv"),
@@ -155,6 +159,9 @@ def hf_past_attention() -> onnx.ModelProto:
         numpy_helper.from_array(np.array([0, 0, HEADS, HEAD], np.int64), "split_heads"),
         numpy_helper.from_array(np.array([0, 0, HIDDEN], np.int64), "merge_heads"),
         numpy_helper.from_array(np.array(np.sqrt(HEAD), np.float32), "sqrt_head"),
+        numpy_helper.from_array(np.array([2], np.int64), "key_axis"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero_start"),
+        numpy_helper.from_array(np.array([3], np.int64), "last_axis"),
     ]
     nodes = [
         helper.make_node("MatMul", ["x", "w_qkv"], ["qkv_mm"], name="/attn/c_attn/MatMul"),
@@ -168,7 +175,12 @@ def hf_past_attention() -> onnx.ModelProto:
         helper.make_node("Transpose", ["present_key"], ["key_t"], name="/attn/k/TransposeT", perm=[0, 1, 3, 2]),
         helper.make_node("MatMul", ["q_t", "key_t"], ["qk"], name="/attn/MatMul"),
         helper.make_node("Div", ["qk", "sqrt_head"], ["scores"], name="/attn/Div"),
-        helper.make_node("Add", ["scores", "attention_bias"], ["masked"], name="/attn/Add"),
+        *([helper.make_node("Shape", ["present_key"], ["present_shape"], name="/attn/Shape_key"),
+           helper.make_node("Gather", ["present_shape", "key_axis"], ["key_length"], name="/attn/Gather_key", axis=0),
+           helper.make_node("Slice", ["attention_bias", "zero_start", "key_length", "last_axis"], ["bias_to_keys"],
+                            name="/attn/Slice_mask")] if mask_to_key_length else []),
+        helper.make_node("Add", ["scores", "bias_to_keys" if mask_to_key_length else "attention_bias"], ["masked"],
+                         name="/attn/Add"),
         helper.make_node("Softmax", ["masked"], ["probs"], name="/attn/Softmax", axis=-1),
         helper.make_node("MatMul", ["probs", "present_value"], ["context"], name="/attn/MatMul_1"),
         helper.make_node("Transpose", ["context"], ["context_t"], name="/attn/Transpose_out", perm=[0, 2, 1, 3]),
@@ -179,7 +191,8 @@ def hf_past_attention() -> onnx.ModelProto:
         helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
         helper.make_tensor_value_info("past_key", TensorProto.FLOAT, past),
         helper.make_tensor_value_info("past_value", TensorProto.FLOAT, past),
-        helper.make_tensor_value_info("attention_bias", TensorProto.FLOAT, ["batch", 1, "seq", "total_seq"]),
+        helper.make_tensor_value_info("attention_bias", TensorProto.FLOAT,
+                                      ["batch", 1, "seq", "bias_length" if mask_to_key_length else "total_seq"]),
     ]
     present = ["batch", HEADS, "total_seq", HEAD]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN]),
@@ -189,12 +202,14 @@ def hf_past_attention() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
 
-def hf_past_feeds(batch: int, past: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+def hf_past_feeds(batch: int, past: int, seq: int, seed: int = 0, extra_keys: int = 0) -> dict[str, np.ndarray]:
     """Feeds for hf_past_attention: a causal bias over past + new keys; in the last row the first
-    key is padding (left-padded), when there is a past to pad."""
+    key is padding (left-padded), when there is a past to pad. `extra_keys` more columns, all
+    visible, that a bias sliced to the key length must drop."""
     rng = np.random.default_rng(seed)
-    total = past + seq
+    total = past + seq + extra_keys
     visible = np.broadcast_to(np.arange(total)[None, :] <= past + np.arange(seq)[:, None], (batch, 1, seq, total)).copy()
+    visible[..., past + seq:] = True
     if past:
         visible[-1, :, :, 0] = False
     bias = np.where(visible, 0.0, -1e9).astype(np.float32)

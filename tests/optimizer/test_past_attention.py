@@ -8,6 +8,7 @@ oracle, for the optimized graph in onnxruntime and for our own executor, at ever
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import runtime
@@ -106,3 +107,18 @@ def test_a_hugging_face_cache_goes_into_multi_head_attention(level):
         expected = run_onnxruntime(model, feeds)
         for name, got in zip(names, session.run(None, feeds), strict=True):
             np.testing.assert_allclose(got, expected[name], rtol=RTOL, atol=ATOL, err_msg=f"{name}, past {past}")
+
+
+def test_a_present_read_back_into_its_own_mask_is_a_near_miss_not_a_cycle():
+    # The present key passes a Neg before its Shape: nothing recomputes that from the op's inputs,
+    # so fused, the op's mask would come from its own present output. Refused, with the reason.
+    proto = hf_past_attention(mask_to_key_length=True)
+    [shape] = [n for n in proto.graph.node if n.name == "/attn/Shape_key"]
+    shape.input[0] = "negated_key"
+    proto.graph.node.insert(list(proto.graph.node).index(shape),
+                            onnx.helper.make_node("Neg", ["present_key"], ["negated_key"], name="/attn/Neg_key"))
+    result = optimize(proto, "extended")
+    assert "com.microsoft.MultiHeadAttention" not in result.report.fusions
+    [miss] = result.report.explain("AttentionFusion")
+    assert miss.step == "boundary" and "its own output" in miss.reason and "/attn/Neg_key" in miss.reason, miss.reason
+    assert_same_outputs(proto, result, hf_past_feeds(batch=2, past=3, seq=4, extra_keys=2))
