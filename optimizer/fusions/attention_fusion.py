@@ -70,8 +70,10 @@ class AttentionFusion(Rule):
 
 
 def _acyclic(match: Match) -> Match | Fail:
-    """`match`, or why its presents would feed the fused op itself."""
-    return reads_own_output(match, match.outputs[1:]) or match
+    """`match`, or why its presents would feed the fused op itself. The present Shapes the heads
+    form recomputes from its inputs (attention_heads._present_shape) read nothing the op writes."""
+    recomputed = {id(reader.outputs[0]) for _, reader in match.captures.get("present_shapes", ())}
+    return reads_own_output(match, [v for v in match.outputs[1:] if id(v) not in recomputed]) or match
 
 
 __all__ = ["AttentionFusion"]

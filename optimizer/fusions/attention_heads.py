@@ -35,7 +35,7 @@ from optimizer.fusions.attention_sdpa import (
     is_key_padding,
     scalar_operand,
 )
-from optimizer.match import MS, attr, const_array, describe, is_op, producer, rank
+from optimizer.match import MS, attr, const_array, consumers, describe, is_op, producer, rank
 from optimizer.rule import Fail, Match, fail
 from optimizer.shape_probe import constant_dims, evaluated_dims
 
@@ -121,10 +121,19 @@ def match_heads(graph: ir.Graph, sdpa: Sdpa) -> Match | Fail | None:
     concats = [cache[0], cache[1]] if cache is not None else []
     nodes = list({id(n): n for n in sdpa.core + scale_nodes + k_chain + out_nodes + concats}.values())
     nodes += layout.dead_helpers(nodes, [fill[0].inputs[0] if fill is not None else None, mask, sdpa.extra_bias])
+    # transformers' SDPA slices the mask to key.shape[-2], read from the concatenated key, the present
+    # output (Optimum's GPT-2 and BART decoders with past). Left reading the fused op's present, that
+    # Shape would make the op's mask from the op's own output, a cycle: it joins the match and is
+    # computed from the past's shape and the new keys' length instead (present_shape).
+    inside = {id(n) for n in nodes}
+    present_shapes = [(index, reader) for index, concat in enumerate(concats)
+                      for reader in consumers(concat.outputs[0]) if is_op(reader, "Shape") and id(reader) not in inside]
+    nodes += [reader for _, reader in present_shapes]
     return Match(
         nodes=layout.in_graph_order(graph, nodes),
-        outputs=[out_value, *(c.outputs[0] for c in concats)],
+        outputs=[out_value, *(c.outputs[0] for c in concats), *(reader.outputs[0] for _, reader in present_shapes)],
         captures={
+            "present_shapes": present_shapes,
             "cache": cache[2:] if cache is not None else None,
             "graph": graph, "anchor": sdpa.softmax.name or "Softmax", "heads": (q4, k4, v4), "x": q4,
             "mask": mask, "padding": padding, "fill": fill[0] if fill is not None else None, "present": False,
@@ -149,6 +158,8 @@ def rewrite_heads(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
         inputs = [query, key, value, None, None, bias, past_key, past_value]
         output, *presents = op.op_multi_out("MultiHeadAttention", inputs, attributes, domain=MS, num_outputs=3,
                                             name=name)
+        presents += [_present_shape(op, match, (past_key, past_value)[index], (key, value)[index], reader)
+                     for index, reader in match.present_shapes]
     else:
         if match.shared_kv:  # [B, 1, T, H] -> [B, N, T, H]; GroupQueryAttentionFusion takes the Expand back out
             heads = layout.unique_initializer(op, match.graph, np.array([1, match.num_heads, 1, 1], np.int64),
@@ -161,6 +172,26 @@ def rewrite_heads(op: ir.tape.Tape, match: Match) -> list[ir.Value]:
         shape = layout.unique_initializer(op, match.graph, np.array([-1, match.hidden], np.int64), "attention_flat_shape")
         output = op.op("Reshape", [output, shape], name=f"{name}/flatten")
     return [output, *presents]
+
+
+def _present_shape(op: ir.tape.Tape, match: Match, past: ir.Value, new: ir.Value, reader: ir.Node) -> ir.Value:
+    """What `reader`, a Shape of Concat(past [B, N, P, H], new heads, axis 2), computed, from values
+    the fused op reads: past's shape plus [0, 0, S, 0], S the length of `new` [B, S, hidden]; then
+    the reader's start/end (opset 15), which clamp as Slice's bounds do."""
+    name = f"{layout.RULE_NAME}/{match.anchor}/present_shape"
+    sequence_axis = layout.unique_initializer(op, match.graph, np.array([1], np.int64), "attention_sequence_axis")
+    zeros = layout.unique_initializer(op, match.graph, np.array([0, 0], np.int64), "attention_shape_zeros")
+    zero = layout.unique_initializer(op, match.graph, np.array([0], np.int64), "attention_shape_zero")
+    length = op.op("Gather", [op.op("Shape", [new], name=f"{name}/new"), sequence_axis], {"axis": 0},
+                   name=f"{name}/length")
+    step = op.op("Concat", [zeros, length, zero], {"axis": 0}, name=f"{name}/step")
+    shape = op.op("Add", [op.op("Shape", [past], name=f"{name}/past"), step], name=name)
+    start, end = int(attr(reader, "start", 0)), attr(reader, "end", None)
+    if start == 0 and end is None:
+        return shape
+    bounds = [layout.unique_initializer(op, match.graph, np.array([b], np.int64), "attention_shape_bound")
+              for b in (start, np.iinfo(np.int64).max if end is None else int(end))]
+    return op.op("Slice", [shape, *bounds, zero], name=f"{name}/slice")
 
 
 def _unscaled(value: ir.Value) -> tuple[ir.Value, float, list[ir.Node]]:

@@ -73,7 +73,7 @@ def reads_own_output(match: Match, values: list[ir.Value]) -> Fail | None:
     present key/value), comes back into the block through nodes outside it: fused, the op would
     compute an input from its own output, a cycle no order of the nodes can run. The walk starts
     only at those outputs' outside readers, which are rarely more than the graph output; a Shape of
-    the concatenated key (transformers' SDPA mask slice) is one such reader."""
+    the concatenated key (transformers' SDPA mask slice) is taken into the match as one the rewrite recomputes."""
     inside = {id(n) for n in match.nodes}
     for value in values:
         seen: set[int] = set()

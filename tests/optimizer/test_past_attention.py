@@ -109,6 +109,27 @@ def test_a_hugging_face_cache_goes_into_multi_head_attention(level):
             np.testing.assert_allclose(got, expected[name], rtol=RTOL, atol=ATOL, err_msg=f"{name}, past {past}")
 
 
+@pytest.mark.parametrize("level", ["extended", "all"])
+def test_a_mask_sliced_to_the_length_of_the_present_key_still_fuses(level):
+    # transformers' SDPA slices the mask to key.shape[-2], the concatenated key that is also the
+    # present output (Optimum's GPT-2 and BART decoders with past). Fused, that Shape would read the
+    # op's own present output to compute the op's mask, a cycle: it is computed from the past's
+    # shape and the new key's length instead. The bias here has two more columns than keys.
+    model = hf_past_attention(mask_to_key_length=True)
+    optimized = optimize(model, level)
+    assert optimized.report.fusions == {"com.microsoft.MultiHeadAttention": 1}
+    [node] = [n for n in optimized.model.graph if n.op_type == "MultiHeadAttention"]
+    assert all(v.producer() is not node for v in node.inputs if v is not None)
+    session = runtime.InferenceSession(model, runtime.SessionOptions(graph_optimization_level=level))
+    names = [o.name for o in model.graph.output]
+    for past, new in STEPS:
+        feeds = hf_past_feeds(batch=2, past=past, seq=new, extra_keys=2)
+        assert_same_outputs(model, optimized, feeds)
+        expected = run_onnxruntime(model, feeds)
+        for name, got in zip(names, session.run(None, feeds), strict=True):
+            np.testing.assert_allclose(got, expected[name], rtol=RTOL, atol=ATOL, err_msg=f"{name}, past {past}")
+
+
 def test_a_present_read_back_into_its_own_mask_is_a_near_miss_not_a_cycle():
     # The present key passes a Neg before its Shape: nothing recomputes that from the op's inputs,
     # so fused, the op's mask would come from its own present output. Refused, with the reason.
