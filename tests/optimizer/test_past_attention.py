@@ -143,3 +143,23 @@ def test_a_present_read_back_into_its_own_mask_is_a_near_miss_not_a_cycle():
     [miss] = result.report.explain("AttentionFusion")
     assert miss.step == "boundary" and "its own output" in miss.reason and "/attn/Neg_key" in miss.reason, miss.reason
     assert_same_outputs(proto, result, hf_past_feeds(batch=2, past=3, seq=4, extra_keys=2))
+
+
+def test_a_present_shape_with_start_and_end_is_computed_as_it_was():
+    # Shape(present_key, start=-2, end=-1) gives the key length directly (opset 15's bounds, negative
+    # from the back): the recomputed shape takes the same bounds.
+    proto = hf_past_attention(mask_to_key_length=True)
+    [shape] = [n for n in proto.graph.node if n.name == "/attn/Shape_key"]
+    shape.attribute.extend([onnx.helper.make_attribute("start", -2), onnx.helper.make_attribute("end", -1)])
+    [mask_slice] = [n for n in proto.graph.node if n.name == "/attn/Slice_mask"]
+    mask_slice.input[2] = "present_shape"
+    [gather] = [n for n in proto.graph.node if n.name == "/attn/Gather_key"]
+    proto.graph.node.remove(gather)
+    result = optimize(proto, "extended")
+    assert result.report.fusions == {"com.microsoft.MultiHeadAttention": 1}
+    session = runtime.InferenceSession(proto, runtime.SessionOptions(graph_optimization_level="extended"))
+    for past, new in STEPS:
+        feeds = hf_past_feeds(batch=2, past=past, seq=new, extra_keys=2)
+        assert_same_outputs(proto, result, feeds)
+        for (name, want), got in zip(run_onnxruntime(proto, feeds).items(), session.run(None, feeds), strict=True):
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=f"{name}, past {past}")
