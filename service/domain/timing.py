@@ -73,8 +73,12 @@ and the noise, and such a current job must beat the bar by `canary_weight` (half
 excess as well: a slow moment may explain part of its change, not more. The canary explains little
 of a model's job-to-job wobble (correlation 0.0–0.55 with the jobs' levels on the shared Xeon;
 slow-canary jobs' levels only 1–2% higher on average), so it discounts, it does not rescale (dividing
-every job by its canary ratio adds noise), and it does not veto: 8–17% of jobs have a canary over the
-slack, and vetoing them would drop steps whose commit or re-measurement ran in such a moment.
+every job by its canary ratio adds noise), and a suspicion is raised whatever the canary said: 8–17%
+of jobs have a canary over the slack, and ignoring them would drop steps whose commit ran in such a
+moment. A confirmation, though, rests on calm jobs only (`timing_alerts.confirmation`; a re-measurement
+in a slow moment asks for another): where slow moments are common (epyc1's capture: a sixth of all
+jobs 30–100% slow, two thirds of those with a slow canary), two slow jobs in a row were most of the
+false alarms left.
 
 The decision is pure (lists of numbers in, a verdict out) so `make bench-detect` and the tests can
 drive it without a database; `timing_alerts.py` gathers the window and keeps the alert states.
@@ -278,6 +282,14 @@ def student(k: float, df: int) -> float:
     z = k
     return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
             + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def in_slow_moment(job: Job, window: Sequence[Job], policy: TimingPolicy = DEFAULT_POLICY) -> bool:
+    """Did `job`'s canary run more than `canary_slack_pct` slower than the window's median canary?"""
+    canaries = [other.canary_ms for other in window if other.canary_ms]
+    if not canaries or not job.canary_ms:
+        return False
+    return (job.canary_ms / float(np.median(canaries)) - 1) * 100 > policy.canary_slack_pct
 
 
 def agree(first: TimingVerdict, second: TimingVerdict, policy: TimingPolicy = DEFAULT_POLICY) -> bool:

@@ -283,6 +283,9 @@ def confirmation(alerted, ancestry: list, alerts: dict, remeasured: list, later:
         return None
     first, changed, history = screened.verdict, screened.changed, screened.history
     jobs = [as_job(r) for r in screened.window]
+    remeasured, later = _calm(remeasured, jobs, policy), _calm(later, jobs, policy)
+    if not remeasured and not later:
+        return None
     verdict = timing.decide([as_job(r) for r in (*remeasured, *later)], jobs, threshold_pct, changed, policy, history)
     if verdict is None or not timing.agree(first, verdict, policy):
         return None
@@ -296,28 +299,57 @@ def confirmation(alerted, ancestry: list, alerts: dict, remeasured: list, later:
     return verdict
 
 
+@dataclass(frozen=True)
+class OneMore:
+    """Why an unconfirmed alert's re-measurements ask for one more (`measure_again`)."""
+
+    verdict: timing.TimingVerdict  # the re-measurements' verdict against the alert's window
+    why: str  # NEAR_THE_NEW_LEVEL, TOO_COMMON or SLOW_MOMENT
+
+
+NEAR_THE_NEW_LEVEL, TOO_COMMON, SLOW_MOMENT = "near the new level", "too common", "slow moment"
+
+
 def measure_again(alerted, ancestry: list, alerts: dict, remeasured: list, threshold_pct: float,
-                  policy: timing.TimingPolicy, machine: Machine = lambda: ()) -> timing.TimingVerdict | None:
-    """The verdict of an unconfirmed alert's re-measurements when they ask for one more: fewer than
-    `policy.remeasures` so far, and their mean sits under the bar but nearer the alerted job's level than
-    the window's (`timing.at_the_new_level`). A step's re-measurement lands there often (its
-    one job faces the full bar), a slow moment's rarely; one more job then halves the pool's noise
-    within the same CI round instead of leaving the decision to the next commit. None otherwise."""
+                  policy: timing.TimingPolicy, machine: Machine = lambda: ()) -> OneMore | None:
+    """Why an unconfirmed alert's re-measurements ask for one more, when they do: fewer than
+    `policy.remeasures` so far, and
+    - their mean sits under the bar but nearer the alerted job's level than the window's
+      (`timing.at_the_new_level`). A step's re-measurement lands there often (its one job faces the
+      full bar), a slow moment's rarely; one more job then halves the pool's noise within the same CI
+      round instead of leaving the decision to the next commit;
+    - or past the bar, but jobs that slow are too common in the series' or the machine's history to
+      confirm on so few (`timing.null_chance`);
+    - or every one of them ran in a slow moment of the machine (`timing.in_slow_moment`), which
+      cannot confirm a step (`confirmation` pools only calm jobs).
+    None otherwise."""
     if not remeasured or len(remeasured) >= policy.remeasures:
         return None
     screened = screen(alerted, ancestry, alerts, threshold_pct, policy)
     if screened is None or screened.verdict is None:
         return None
-    again = timing.decide([as_job(r) for r in remeasured], [as_job(r) for r in screened.window], threshold_pct,
-                          screened.changed, policy, screened.history)
+    window = [as_job(r) for r in screened.window]
+    calm = _calm(remeasured, window, policy)
+    again = timing.decide([as_job(r) for r in (calm or remeasured)], window, threshold_pct, screened.changed, policy,
+                          screened.history)
     if again is None:
         return None
+    if not calm:
+        return OneMore(again, SLOW_MOMENT) if timing.agree(screened.verdict, again, policy) \
+            or timing.at_the_new_level(again, screened.verdict) else None
     if not again.regressed:
-        return again if timing.at_the_new_level(again, screened.verdict) else None
-    # Past the bar, but jobs this slow are too common in the series' history to confirm on so few.
+        return OneMore(again, NEAR_THE_NEW_LEVEL) if timing.at_the_new_level(again, screened.verdict) else None
     common = timing.agree(screened.verdict, again, policy) and _too_common(
-        screened, [as_job(r) for r in (alerted, *remeasured)], ancestry, alerts, policy, machine)
-    return again if common else None
+        screened, [as_job(r) for r in (alerted, *calm)], ancestry, alerts, policy, machine)
+    return OneMore(again, TOO_COMMON) if common else None
+
+
+def _calm(results: list, window: list[timing.Job], policy: timing.TimingPolicy) -> list:
+    """The results whose canary ran at the window's pace. A job timed in a slow moment of the machine
+    cannot tell a step from the moment: on a machine whose slow moments are common (epyc1's capture:
+    a sixth of all jobs 30-100% slow, two thirds of them with a slow canary), two such jobs in a row
+    were the false alarms the null chance let through, so only calm jobs confirm."""
+    return [r for r in results if not timing.in_slow_moment(as_job(r), window, policy)]
 
 
 def _too_common(screened: Screened, jobs: list[timing.Job], ancestry: list, alerts: dict,
@@ -364,12 +396,14 @@ def _measure_again(alert: Alert, result: Result, alerts: dict[int, Alert], thres
                             since.machine)
     if verdict is None:
         return []
-    if verdict.regressed:
-        alert.message += (f". Re-measured {len(since.remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, past the bar, "
-                          "but this series has had jobs that slow too often to confirm on so few, so measured once more")
-    else:
-        alert.message += (f". Re-measured {len(since.remeasured) + 1} time(s): {verdict.change_pct:+.1f}%, nearer this "
-                          "level than the window's but not past the bar, so measured once more")
+    times = f". Re-measured {len(since.remeasured) + 1} time(s): {verdict.verdict.change_pct:+.1f}%"
+    alert.message += times + {
+        TOO_COMMON: ", past the bar, but this series or its machine has had jobs that slow too often to confirm on so "
+                    "few, so measured once more",
+        NEAR_THE_NEW_LEVEL: ", nearer this level than the window's but not past the bar, so measured once more",
+        SLOW_MOMENT: ", but the machine was in a slow moment (the canary ran slow), which cannot confirm a step, so "
+                     "measured once more",
+    }[verdict.why]
     return [alert]
 
 

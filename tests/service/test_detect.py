@@ -271,11 +271,44 @@ def test_a_re_measurement_between_the_levels_asks_for_one_more():
         remeasured = [_stand_in(20, x, k + 1) for k, x in enumerate(levels)]
         return timing_alerts.measure_again(alerted, NOISY_ANCESTRY, {}, remeasured, 5, timing.DEFAULT_POLICY)
 
-    assert again(1.09).change_pct == pytest.approx(9.5, abs=0.1)  # nearer +11.4% than the window, under 10.4%
+    one_more = again(1.09)
+    assert one_more.why == timing_alerts.NEAR_THE_NEW_LEVEL
+    assert one_more.verdict.change_pct == pytest.approx(9.5, abs=0.1)  # nearer +11.4% than the window, under 10.4%
     assert again(1.05) is None  # +5.5%: nearer the window's level, a slow moment's re-measurement
     assert again(1.09, 1.08) is None  # two re-measurements already (`remeasures`)
     assert timing_alerts.measure_again(alerted, NOISY_ANCESTRY, {}, [_stand_in(20, 1.09, 1)], 5,
                                        dataclasses.replace(timing.DEFAULT_POLICY, remeasures=1)) is None
+
+
+def _slow_canary(commit, level, i=0):
+    return SimpleNamespace(**{**vars(_stand_in(commit, level, i)), "canary_ms": 2.5})  # the window's canary: 2.0
+
+
+def test_a_job_timed_in_a_slow_moment_neither_confirms_nor_lets_a_step_go():
+    alerted = _stand_in(20, 1.12)  # +11.4%
+    window = [timing_alerts.as_job(r) for r in NOISY_ANCESTRY]
+    assert timing.in_slow_moment(timing_alerts.as_job(_slow_canary(20, 1.0)), window)  # canary +25%
+    assert not timing.in_slow_moment(timing_alerts.as_job(_stand_in(20, 1.0)), window)
+    assert not timing.in_slow_moment(timing_alerts.as_job(SimpleNamespace(**{**vars(_stand_in(20, 1.0)), "canary_ms": None})),
+                                     window)  # no canary: nothing says the machine was slow
+
+    def confirms(remeasured):
+        return timing_alerts.confirmation(alerted, NOISY_ANCESTRY, {}, remeasured, [], 5, timing.DEFAULT_POLICY)
+
+    # Two re-measurements at the alerted job's +11.4%: calm, they confirm; with one in a slow moment the calm
+    # one alone decides (past the bar of one job, 10.4%); both in slow moments, nothing does.
+    assert confirms([_stand_in(20, 1.12, 1), _stand_in(20, 1.12, 2)]).regressed
+    assert confirms([_slow_canary(20, 1.12, 1), _stand_in(20, 1.12, 2)]).regressed
+    assert confirms([_slow_canary(20, 1.12, 1), _slow_canary(20, 1.12, 2)]) is None
+    # The calm one alone is what is tested: at +7.5% it faces the bar of one job, whatever the slow one said.
+    assert confirms([_slow_canary(20, 1.12, 1), _stand_in(20, 1.075, 2)]) is None
+
+    # A re-measurement in a slow moment asks for one more, while it may, and says why.
+    one_more = timing_alerts.measure_again(alerted, NOISY_ANCESTRY, {}, [_slow_canary(20, 1.12, 1)], 5,
+                                           timing.DEFAULT_POLICY)
+    assert one_more.why == timing_alerts.SLOW_MOMENT
+    assert timing_alerts.measure_again(alerted, NOISY_ANCESTRY, {}, [_slow_canary(20, 1.12, 1), _slow_canary(20, 1.12, 2)],
+                                       5, timing.DEFAULT_POLICY) is None  # `remeasures` spent
 
 
 def test_the_code_counts_as_changed_while_the_nearest_window_jobs_ran_other_code():
@@ -356,6 +389,16 @@ def test_a_re_measurement_of_the_commit_confirms_it(client, history):
     assert again["id"] == alert["id"] and again["state"] == "confirmed"
     assert "Confirmed by a re-measurement" in again["message"]
     assert _post(client, "c10", ["c9"], 1.25, 2)["alerts"] == []  # confirmed once, never raised twice
+
+
+def test_a_re_measurement_in_a_slow_moment_asks_for_another_and_a_calm_one_confirms(client, history):
+    [alert] = _post(client, "c10", ["c9"], 1.25, 0)["alerts"]
+    [again] = _post(client, "c10", ["c9"], 1.25, 1, canary=2.6)["alerts"]  # canary +30%: the machine was slow
+    assert again["id"] == alert["id"] and again["state"] == "suspected" and history.bodies == []
+    assert "the machine was in a slow moment (the canary ran slow), which cannot confirm a step" in again["message"]
+    [confirmed] = _post(client, "c10", ["c9"], 1.25, 2)["alerts"]
+    assert confirmed["id"] == alert["id"] and confirmed["state"] == "confirmed"
+    assert [b["alert"]["id"] for b in history.bodies] == [alert["id"]]
 
 
 def test_a_re_measurement_repeats_no_fusion_alert(client, history):
