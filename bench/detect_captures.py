@@ -66,6 +66,11 @@ CAPTURES = (
             "session 15, the same VM as zen5b (family 26 model 2), 2026-11-29 UTC, unpaired 04:43:02-04:46:04, "
             "paired 04:46:06-04:50:07, with the session's code final (8b624d0): the paired path's check frozen since "
             "b0276f9, the unpaired rules since f718829; nothing else running", held_out=True),
+    Capture("epyc6", "detect_noise_epyc6.npz", "paired_noise_epyc6.npz",
+            "session 16 (another VM of the same CPU kind as epyc1-5: 'AMD EPYC', family 25 model 17), 2026-11-29 UTC, "
+            "unpaired 06:20:16-06:23:17, paired 06:23:19-06:27:38, taken after the unpaired path's calm "
+            "confirmations (56f8aa5) were committed: the held-out capture of the rules as they stand; another "
+            "engineer's service work (feeds) running", held_out=True),
 )
 
 
