@@ -3,11 +3,10 @@ inputs where padding and the cache decide the answer (docs/conformance.md, "Opti
 
     .venv/bin/python tools/optimum_check.py /tmp/heldout/*/*.onnx [--json results.json]
 
-tools/model_scan.py makes one feed set per model and gives every symbolic dimension but the batch
-the sequence length, so a decoder whose attention_mask is [batch, "past_sequence_length +
-sequence_length"] gets a mask as long as the past alone, and both engines refuse it. Here the
-dimension names Optimum writes are evaluated as expressions of the batch, sequence, past and
-encoder lengths of each case: padded on the right, on the left, a row all padding, batch 1, one
+tools/model_scan.py makes one feed set per model (a past of 4, sequence 8). Here the service's feeds
+(service/adapters/engines/feeds.py, which evaluates the dimension names Optimum writes as
+expressions of the batch, sequence, past and encoder lengths) are made for each case, with an
+encoder length (6) other than the sequence's: padded on the right, on the left, a row all padding, batch 1, one
 position, and, with a past of 5, one and three new positions left-padded, one with batch 1 and
 four right-padded. position_ids are as generate() makes them (cumsum of the mask - 1, 1 on
 padding); use_cache_branch (a merged decoder's If) is true exactly when there is a past.
@@ -36,52 +35,23 @@ import onnxruntime as ort  # noqa: E402
 
 import runtime  # noqa: E402
 from optimizer import optimize  # noqa: E402
+from service.adapters.engines.feeds import Padding, make_feeds  # noqa: E402
 
 LEVELS = ("disabled", "basic", "extended", "all")
-VOCABULARY = 1000  # tools/export_optimum.py's models
 
 
 def feeds_for(model: onnx.ModelProto, batch: int, seq: int, past: int = 0, encoder: int = 6,
               pad: tuple[str, int, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """pad: ("left" | "right", row, how many) zeros in every mask of the case."""
-    rng = np.random.default_rng(seed)
-    sizes = {"batch_size": batch, "sequence_length": seq, "past_sequence_length": past,
-             "encoder_sequence_length": encoder, "decoder_sequence_length": seq,
-             "past_decoder_sequence_length": past, "past_encoder_sequence_length": encoder}
-    initializers = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        tensor = value.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") else int(eval(d.dim_param, {}, dict(sizes)))  # noqa: S307
-                      for d in tensor.shape.dim)
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-        if value.name == "use_cache_branch":
-            feeds[value.name] = np.array([past > 0])
-        elif "mask" in value.name:
-            mask = np.ones(shape, dtype)
-            if pad is not None:
-                side, row, count = pad
-                mask[row, slice(0, count) if side == "left" else slice(shape[1] - count, shape[1])] = 0
-            feeds[value.name] = mask
-        elif "type" in value.name:
-            types = np.zeros(shape, dtype)
-            types[..., shape[-1] // 2:] = 1
-            feeds[value.name] = types
-        elif value.name == "position_ids":
-            continue  # from the mask, below
-        elif "ids" in value.name:
-            feeds[value.name] = rng.integers(0, VOCABULARY, shape).astype(dtype)
-        elif np.issubdtype(dtype, np.floating):
-            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-        else:
-            raise ValueError(f"no feed rule for input '{value.name}' ({dtype}{list(shape)})")
-    if any(v.name == "position_ids" for v in model.graph.input):
-        mask = feeds.get("attention_mask", np.ones((batch, past + seq), np.int64))
-        positions = np.cumsum(mask, -1) - 1
-        positions[mask == 0] = 1
-        feeds["position_ids"] = positions[:, -seq:].astype(np.int64)
+    """The service's feeds (service/adapters/engines/feeds.py: dimension names sized as expressions of
+    the batch, sequence, past and encoder lengths, position_ids as generate() makes them,
+    use_cache_branch true exactly when there is a past) for one case. pad: ("left" | "right", row,
+    how many) zeros in the attention mask. Token types are half ones here, so a model's second
+    token-type row is read too."""
+    padding = Padding(*pad) if pad is not None else None
+    feeds = make_feeds(model, seq, seed, batch, past_length=past, encoder_length=encoder, padding=padding)
+    for name, types in feeds.items():
+        if "type" in name:
+            types[..., types.shape[-1] // 2:] = 1
     return feeds
 
 

@@ -53,3 +53,13 @@ def test_both_engines_give_the_same_table_shape(tmp_path):
 def test_a_trace_without_runs_is_named_as_such():
     with pytest.raises(ValueError, match="no model_run event"):
         profile_table([{"cat": "Session", "name": "session_initialization", "ts": 0, "dur": 5}])
+
+
+def test_a_subgraphs_execute_is_not_counted_as_a_run():
+    """onnxruntime writes an Execute for each If branch it runs, inside the run's own."""
+    events = [{"name": "model_run", "ts": 0, "dur": 100}, {"name": "SequentialExecutor::Execute", "ts": 5, "dur": 90},
+              {"name": "SequentialExecutor::Execute", "ts": 20, "dur": 10},
+              {"name": "model_run", "ts": 200, "dur": 100}, {"name": "SequentialExecutor::Execute", "ts": 205, "dur": 80},
+              {"name": "SequentialExecutor::Execute", "ts": 230, "dur": 15}]
+    table = profile_table(events)
+    assert (table.runs, table.execute_us) == (2, [90, 80])
