@@ -32,6 +32,7 @@ def one(model: Path, engine: str, level: str, sequence_length: int) -> dict:
     from service.adapters.engines import run_engine
     from service.adapters.engines.feeds import synthesized_feed_sets
     from service.adapters.engines.numerics import check_numerics
+    from service.domain.protocol import Protocol
 
     started = time.perf_counter()
     run_engine(engine, model, level, runs=3, warmup=1, threads=1, sequence_length=sequence_length)
@@ -40,7 +41,7 @@ def one(model: Path, engine: str, level: str, sequence_length: int) -> dict:
     job_s = time.perf_counter() - started
     sets = synthesized_feed_sets(onnx.load(str(model), load_external_data=False), sequence_length)
     started = time.perf_counter()
-    check = check_numerics(engine, model, level, sets, 1e-3, 1e-4, threads=1)
+    check = check_numerics(engine, model, level, sets, Protocol().tolerances(), threads=1)
     return {
         "engine": engine, "level": level, "job_peak_mib": round(job_peak), "with_check_peak_mib": round(_peak_mib()),
         "above_job_mib": round(max(0.0, _peak_mib() - job_peak)), "job_s": round(job_s, 1),

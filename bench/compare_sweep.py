@@ -18,6 +18,7 @@ import onnx
 from service.adapters.engines import EngineError
 from service.adapters.engines.feeds import synthesized_feed_sets
 from service.adapters.engines.numerics import check_numerics
+from service.domain.protocol import Protocol
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         for engine in ("fusionwatch", "onnxruntime"):
             started = time.perf_counter()
             try:
-                check = check_numerics(engine, path, args.level, sets, 1e-3, 1e-4, threads=1)
+                check = check_numerics(engine, path, args.level, sets, Protocol().tolerances(), threads=1)
             except EngineError as error:
                 print(name, engine, "ERROR", str(error)[:300], flush=True)
                 continue

@@ -14,15 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+import onnx_ir as ir
 
 from optimizer import DEFAULT_LIMITS, LoadLimits, check_model_file, optimize
 from service.adapters.canary import time_canary
 from service.adapters.engines import EngineResult, run_engine
+from service.adapters.engines.compare import Comparison, Producer, Surviving, Tally
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.adapters.engines.feeds import SYNTHESIZED, synthesized_feed_sets
 from service.adapters.engines.numerics import check_numerics
+from service.adapters.engines.precision import TensorTolerances, narrowest_floats
 from service.domain.measurement import Measurement
 from service.domain.protocol import Protocol
+from service.domain.tolerances import Tolerances
 
 
 def measure(
@@ -64,7 +69,7 @@ def measure(
         max_abs, max_rel, ok, numeric_checks, divergence = _check_disabled(timed, path, protocol, limits, custom_ops)
     else:
         check = check_numerics(
-            engine, path, level, _feed_sets(path, protocol, limits, feed_sets), protocol.rtol, protocol.atol,
+            engine, path, level, _feed_sets(path, protocol, limits, feed_sets), protocol.tolerances(),
             disabled=disabled_rules, custom_ops=custom_ops, threads=protocol.threads,
         )  # fmt: skip
         max_abs, max_rel, ok = check.max_abs, check.max_rel, check.ok
@@ -116,46 +121,37 @@ def _check_disabled(
 ) -> tuple[float, float, bool, list[dict[str, Any]], None]:
     """Level `disabled` has no fusion to compare against: its outputs are checked against our engine's
     at `disabled` (onnxruntime's against ours; ours against itself) on the timed feeds."""
+    tolerances = protocol.tolerances()
     if timed.engine == "fusionwatch":
-        reference_outputs = timed.outputs
+        reference_outputs, narrow = timed.outputs, {}
     else:
         reference_outputs = run_engine(
             "fusionwatch", path, "disabled", runs=1, warmup=0, threads=protocol.threads,
             sequence_length=protocol.sequence_length, limits=limits, custom_ops=custom_ops,
         ).outputs  # fmt: skip
-    max_abs, max_rel, ok = compare_outputs(timed.outputs, reference_outputs, protocol.rtol, protocol.atol)
+        narrow = narrowest_floats(ir.serde.deserialize_graph(onnx.load(str(path), load_external_data=False).graph))
+    found = compare_outputs(timed.outputs, reference_outputs, tolerances, narrow)
+    max_abs, max_rel = found.outputs_max_abs, found.outputs_max_rel
     summary = {
-        "feed_set": SYNTHESIZED, "inputs": dict(timed.inputs), "status": "compared", "ok": ok,
-        "tensors": len(timed.outputs), "diverging": 0 if ok else 1,
+        "feed_set": SYNTHESIZED, "inputs": dict(timed.inputs), "status": "compared", "ok": found.ok,
+        "tensors": found.tensors, "diverging": found.diverging,
         "max_abs": max_abs if max_abs < float("inf") else "inf", "max_rel": max_rel if max_rel < float("inf") else "inf",
-        "first": None,
+        "first": None, "failed_outputs": list(found.failed_outputs),
     }  # fmt: skip
-    return max_abs, max_rel, ok, [summary], None
+    return max_abs, max_rel, found.ok, [summary], None
 
 
 def compare_outputs(
-    outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], rtol: float, atol: float
-) -> tuple[float, float, bool]:
-    """(max abs error, max rel error, within tolerance) over every output both runs produced."""
-    max_abs = max_rel = 0.0
-    ok = True
-    for name, expected in reference.items():
-        got = outputs.get(name)
-        if got is None:
-            continue
-        expected, got = np.asarray(expected), np.asarray(got)
-        if expected.shape != got.shape:
-            return float("inf"), float("inf"), False
-        if expected.dtype.kind not in "fc":
-            if not np.array_equal(expected, got):
-                ok = False
-                max_abs = max(max_abs, float("inf"))
-            continue
-        diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-        both_nan = np.isnan(diff) & np.isnan(expected) & np.isnan(got)
-        diff = np.where(both_nan, 0.0, diff)
-        if diff.size:
-            max_abs = max(max_abs, float(np.nanmax(diff)) if not np.isnan(diff).all() else float("inf"))
-            max_rel = max(max_rel, float(np.nanmax(diff / np.maximum(np.abs(expected), 1e-12))))
-        ok = ok and bool(np.allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True))
-    return max_abs, max_rel, ok
+    outputs: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    tolerances: Tolerances,
+    narrow: Mapping[str, str] | None = None,
+) -> Comparison:
+    """Every output both runs produced, each at its type's tolerance (`narrow`: the narrowest type each
+    output's value passed through, service/adapters/engines/precision.py); `outputs_max_abs`,
+    `outputs_max_rel`, `ok`, and the outputs out of tolerance named with it (`failed_outputs`)."""
+    names = [name for name in reference if name in outputs]
+    surviving = [Surviving(name, Producer("", "graph output"), Producer("", "graph output"), graph_output=True) for name in names]
+    tally = Tally(SYNTHESIZED, surviving, TensorTolerances(tolerances, dict(narrow or {})))
+    tally.add(names, dict(reference), dict(outputs))
+    return tally.comparison()

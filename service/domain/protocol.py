@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from service.domain.tolerances import ATOL_ROUNDOFFS, RTOL_ROUNDOFFS, Tolerances
 from service.domain.vocabulary import ENGINES, LEVEL_NAMES
 
 
@@ -26,9 +27,16 @@ class Protocol(BaseModel):
     threads: int = Field(1, ge=0, le=256)
     # Values for symbolic input dimensions other than the batch (engines/feeds.py).
     sequence_length: int = Field(128, ge=1, le=65536)
-    # The numeric check of every level against `disabled` (fp32 defaults of the project's tests).
+    # The numeric check of every level against `disabled`, for float32/float64 tensors (fp32 defaults of
+    # the project's tests).
     rtol: float = Field(1e-3, ge=0)
     atol: float = Field(1e-4, ge=0)
+    # For float16/bfloat16 (and float8) tensors, in units of the type's unit roundoff u (float16 2^-11,
+    # bfloat16 2^-8): |got - ref| <= rtol_16bit_roundoffs·u·|ref| + atol_16bit_roundoffs·u·max|ref|
+    # (service/domain/tolerances.py says why the absolute term scales with the tensor). At most 256:
+    # bfloat16's 256 u is 100%, no comparison at all.
+    rtol_16bit_roundoffs: float = Field(RTOL_ROUNDOFFS, ge=0, le=256, allow_inf_nan=False)
+    atol_16bit_roundoffs: float = Field(ATOL_ROUNDOFFS, ge=0, le=256, allow_inf_nan=False)
     # timing-regression: the least rise that counts, however quiet the series (service/domain/timing.py
     # raises the bar to 3× the series' own job-to-job noise); 5 so that 10% steps clear it.
     timing_threshold_pct: float = Field(5.0, gt=0)
@@ -40,6 +48,9 @@ class Protocol(BaseModel):
     # keep their statistics (service/usecases/retention.py). The least, 100, is what the timing alerts read
     # (retention.MIN_KEEP_COMMITS).
     keep_samples_commits: int | None = Field(None, ge=100, le=1_000_000)
+
+    def tolerances(self) -> Tolerances:
+        return Tolerances(self.rtol, self.atol, self.rtol_16bit_roundoffs, self.atol_16bit_roundoffs)
 
     @field_validator("engines")
     @classmethod

@@ -16,6 +16,7 @@ StoredError = Error | Literal["inf"]
 Status = Literal["compared", "too-large", "unavailable"]
 MAX_ROWS = 64
 MAX_FEED_SETS = 64
+MAX_FAILED_OUTPUTS = 4  # service/adapters/engines/compare.py keeps no more
 
 
 class DivergenceRowIn(BaseModel):
@@ -32,6 +33,7 @@ class DivergenceRowIn(BaseModel):
     nonfinite: line(16) | None = None
     diverges: bool
     problem: line(300) | None = None
+    tolerance: line(300) | None = None  # "float16: atol … × max|ref| + rtol … × |ref|"
 
 
 class DivergenceIn(BaseModel):
@@ -45,6 +47,8 @@ class DivergenceIn(BaseModel):
     outputs_max_abs: StoredError = 0.0
     outputs_max_rel: StoredError = 0.0
     outputs_ok: bool = True
+    # "output 'logits' (float16: atol … + rtol … × |ref|): max abs err …", the first few out of tolerance
+    failed_outputs: list[line(500)] = Field(default_factory=list, max_length=MAX_FAILED_OUTPUTS)
     new_nonfinite: bool = False
     rows: list[DivergenceRowIn] = Field(default_factory=list, max_length=MAX_ROWS)
 
@@ -60,4 +64,5 @@ class NumericCheckIn(BaseModel):
     max_abs: StoredError = 0.0
     max_rel: StoredError = 0.0
     first: Key | None = None
+    failed_outputs: list[line(500)] = Field(default_factory=list, max_length=MAX_FAILED_OUTPUTS)
     reason: line(1000) | None = None  # why a feed set was not checked (it no longer fits the model)

@@ -18,7 +18,8 @@ from service.adapters.engines.compare_onnxruntime import (
     write_graphs,
 )
 from service.adapters.engines.feeds import LEFT_PADDED, RIGHT_PADDED, SYNTHESIZED, synthesized_feed_sets
-from tests.oracle import ATOL, MODELS, RTOL
+from service.domain.tolerances import Tolerances
+from tests.oracle import ATOL, MODELS, RTOL  # the float32 tolerances
 from tests.service.wrong_fusions import (
     WRONG_EPSILON,
     AttentionWithoutGuard,
@@ -29,6 +30,7 @@ from tests.service.wrong_fusions import (
 BERT = MODELS / "bert_torchscript_opset14.onnx"
 LLAMA = MODELS / "llama_torchscript_opset14.onnx"
 SEQ = 16
+TOLERANCES = Tolerances(RTOL, ATOL)
 # The first residual + LayerNorm of the encoder, which SkipLayerNormFusion (ours) and LayerNormFusion
 # (onnxruntime's, which leaves the Add) replace: the first tensor a wrong epsilon changes.
 FIRST_SKIP_LAYER_NORM = "/model/encoder/layer.0/attention/output/LayerNorm/Add_1_output_0"
@@ -52,7 +54,7 @@ def test_padded_feed_sets_mask_the_first_and_last_quarter():
 
 
 def test_real_rules_leave_every_surviving_tensor_within_tolerance(bert_feeds):
-    for comparison in compare_native(BERT, "extended", bert_feeds, RTOL, ATOL):
+    for comparison in compare_native(BERT, "extended", bert_feeds, TOLERANCES):
         assert comparison.status == "compared" and comparison.ok
         assert comparison.diverging == 0 and comparison.first is None
         assert comparison.tensors == 61  # of the unfused graph's node outputs, those the fused graph still has (CastElimination removes 5 no-op Casts)
@@ -61,7 +63,7 @@ def test_real_rules_leave_every_surviving_tensor_within_tolerance(bert_feeds):
 
 def test_wrong_constant_is_found_at_its_tensor_on_our_engine(monkeypatch, bert_feeds):
     swap_rule(monkeypatch, SkipLayerNormWrongEpsilon())
-    comparison = compare_native(BERT, "extended", {SYNTHESIZED: bert_feeds[SYNTHESIZED]}, RTOL, ATOL)[0]
+    comparison = compare_native(BERT, "extended", {SYNTHESIZED: bert_feeds[SYNTHESIZED]}, TOLERANCES)[0]
     first = comparison.first
     assert not comparison.ok and comparison.status == "compared"
     assert first.tensor == FIRST_SKIP_LAYER_NORM
@@ -91,11 +93,11 @@ def _wrong_epsilon_in_onnxruntime_graph(path, tensor: str) -> None:
 def test_wrong_constant_is_found_at_its_tensor_on_onnxruntime(tmp_path, bert_feeds):
     feeds = {SYNTHESIZED: bert_feeds[SYNTHESIZED]}
     unfused, optimized = write_graphs(BERT, "extended", tmp_path)
-    [clean] = compare_onnxruntime_files(unfused, optimized, "extended", feeds, RTOL, ATOL)
+    [clean] = compare_onnxruntime_files(unfused, optimized, "extended", feeds, TOLERANCES)
     assert clean.ok and clean.diverging == 0 and clean.tensors > 100
     _wrong_epsilon_in_onnxruntime_graph(optimized, FIRST_SKIP_LAYER_NORM)
     [comparison] = compare_onnxruntime_files(
-        unfused, optimized, "extended", feeds, RTOL, ATOL, sizes=unfused_sizes(BERT, feeds)
+        unfused, optimized, "extended", feeds, TOLERANCES, sizes=unfused_sizes(BERT, feeds)
     )
     first = comparison.first
     assert not comparison.ok
@@ -106,10 +108,10 @@ def test_wrong_constant_is_found_at_its_tensor_on_onnxruntime(tmp_path, bert_fee
 
 def test_nan_from_a_fusion_is_a_mismatch_whatever_the_tolerance(monkeypatch):
     sets = synthesized_feed_sets(onnx.load(LLAMA), SEQ)
-    for comparison in compare_native(LLAMA, "extended", sets, RTOL, ATOL):
+    for comparison in compare_native(LLAMA, "extended", sets, TOLERANCES):
         assert comparison.ok and comparison.diverging == 0, comparison.feed_set
     swap_rule(monkeypatch, AttentionWithoutGuard())
-    found = {c.feed_set: c for c in compare_native(LLAMA, "extended", sets, rtol=1e9, atol=1e9)}
+    found = {c.feed_set: c for c in compare_native(LLAMA, "extended", sets, Tolerances(rtol=1e9, atol=1e9))}
     assert found[SYNTHESIZED].ok and found[RIGHT_PADDED].ok  # no row is fully masked there
     left = found[LEFT_PADDED]
     assert not left.ok and left.new_nonfinite
@@ -123,20 +125,20 @@ def test_nan_from_a_fusion_is_a_mismatch_whatever_the_tolerance(monkeypatch):
 def test_chunks_change_memory_not_the_answer(monkeypatch, bert_feeds):
     swap_rule(monkeypatch, SkipLayerNormWrongEpsilon())
     feeds = {SYNTHESIZED: bert_feeds[SYNTHESIZED]}
-    whole = compare_native(BERT, "extended", feeds, RTOL, ATOL)[0]
+    whole = compare_native(BERT, "extended", feeds, TOLERANCES)[0]
     # 64 KiB per side: one BERT fixture hidden state is 4 KiB, so the 66 tensors take many runs.
-    chunked = compare_native(BERT, "extended", feeds, RTOL, ATOL, budget_bytes=128 * 2**10)[0]
+    chunked = compare_native(BERT, "extended", feeds, TOLERANCES, budget_bytes=128 * 2**10)[0]
     assert chunked.status == "compared"
     assert (chunked.first, chunked.diverging, chunked.tensors) == (whole.first, whole.diverging, whole.tensors)
 
 
 def test_a_model_too_large_to_compare_is_marked_and_its_outputs_still_checked(bert_feeds):
     feeds = {SYNTHESIZED: bert_feeds[SYNTHESIZED]}
-    comparison = compare_native(BERT, "extended", feeds, RTOL, ATOL, budget_bytes=4096)[0]
+    comparison = compare_native(BERT, "extended", feeds, TOLERANCES, budget_bytes=4096)[0]
     assert comparison.status == "too-large"
     assert "alone holds" in comparison.reason and "budget" in comparison.reason
     assert comparison.ok and comparison.tensors == 2  # last_hidden_state and pooler_output
-    on_onnxruntime = compare_onnxruntime(BERT, "extended", feeds, RTOL, ATOL, budget_bytes=4096,
+    on_onnxruntime = compare_onnxruntime(BERT, "extended", feeds, TOLERANCES, budget_bytes=4096,
                                          sizes=unfused_sizes(BERT, feeds))[0]
     assert on_onnxruntime.status == "too-large" and on_onnxruntime.ok
 
@@ -157,7 +159,7 @@ def test_when_onnxruntime_cannot_write_its_graph_the_outputs_are_still_compared(
 
     model = MODELS / "resnet_tiny_opset17.onnx"
     sets = synthesized_feed_sets(onnx.load(model), SEQ)
-    [comparison] = compare_outputs_only(model, "all", sets, RTOL, ATOL, (), NO_CUSTOM_OPS, "could not write it")
+    [comparison] = compare_outputs_only(model, "all", sets, TOLERANCES, (), NO_CUSTOM_OPS, "could not write it")
     assert (comparison.status, comparison.reason, comparison.tensors) == ("unavailable", "could not write it", 2)
     assert comparison.ok and comparison.outputs_max_abs < ATOL
 
@@ -166,7 +168,7 @@ def test_a_gpt2_left_padded_nan_is_named_at_attention_fusions_own_node(monkeypat
     gpt2 = MODELS / "gpt2_torchscript_opset14.onnx"
     sets = synthesized_feed_sets(onnx.load(gpt2), SEQ)
     swap_rule(monkeypatch, AttentionWithoutGuard())
-    found = {c.feed_set: c for c in compare_native(gpt2, "extended", sets, RTOL, ATOL)}
+    found = {c.feed_set: c for c in compare_native(gpt2, "extended", sets, TOLERANCES)}
     assert found[SYNTHESIZED].ok and found[RIGHT_PADDED].ok
     first = found[LEFT_PADDED].first
     assert (first.tensor, first.op, first.rule, first.nonfinite) == (

@@ -12,9 +12,12 @@ graph needing more than MAX_CHUNKS runs, or holding a single tensor over half th
 `too-large` instead of compared. The engines supply the fetching (compare_native.py: our executor's
 `run_watching`; compare_onnxruntime.py: onnxruntime sessions with the chunk marked as outputs).
 
-A tensor diverges when it leaves rtol/atol of the unfused one, when its shape or (for integers and
-booleans) any value differs, or when it holds NaN or inf where the unfused graph has a finite
-number: that last one is a mismatch whatever the tolerance.
+A tensor diverges when it leaves its tolerance of the unfused one (service/domain/tolerances.py: the
+project's rtol/atol for float32, derived from the precision for float16/bfloat16, by the narrowest
+type its value passed through), when its shape or (for integers and booleans) any value differs, or
+when it holds NaN or inf where the unfused graph has a finite number: that last one is a mismatch
+whatever the tolerance. A graph output out of tolerance is named with the tolerance it left
+(`Comparison.failed_outputs`), so an alert says which bound applied to which output.
 """
 
 from __future__ import annotations
@@ -24,12 +27,18 @@ from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import Any
 
+import ml_dtypes
 import numpy as np
+
+from service.adapters.engines.precision import TensorTolerances
+from service.domain.tolerances import is_float
 
 BUDGET_BYTES = 512 * 2**20  # both sides' chunks together
 MAX_CHUNKS = 64  # runs of each graph; beyond this a comparison takes longer than the job itself many times over
 FALLBACK_CHUNK = 32  # tensors per chunk when no sizing run was possible
 MAX_ROWS = 64  # rows of the per-node table kept with a result
+MAX_FAILED_OUTPUTS = 4  # graph outputs named with their tolerance; `diverging` says how many in all
+MAX_SENTENCE = 500  # characters of each (service/schemas/numerics.py takes no more)
 
 Fetch = Callable[[Sequence[str]], dict[str, np.ndarray]]
 
@@ -68,6 +77,14 @@ class TensorError:
     nonfinite: str | None  # "NaN", "inf" or "NaN and inf" where the unfused graph is finite
     diverges: bool
     problem: str | None = None  # a shape or dtype that differs, or integers that differ
+    tolerance: str | None = None  # the bound a float tensor was held to, with the type that set it
+
+    def failed_output(self) -> str:
+        """"output 'logits' (float16): max abs err 3.0e-02 > atol … + rtol … × |ref|", for an alert."""
+        why = self.problem or self.nonfinite and f"{self.nonfinite} where the unfused graph is finite"
+        if why:
+            return f"output '{self.tensor}': {why}"
+        return f"output '{self.tensor}' ({self.tolerance}): max abs err {self.max_abs:.1e}, max rel {self.max_rel:.1e}"
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _json_number(value) for key, value in asdict(self).items()}
@@ -86,6 +103,7 @@ class Comparison:
     outputs_max_abs: float = 0.0  # over the graph outputs: the numbers the numeric check has always quoted
     outputs_max_rel: float = 0.0
     outputs_ok: bool = True
+    failed_outputs: list[str] = field(default_factory=list)  # the first MAX_FAILED_OUTPUTS, with tolerances
     new_nonfinite: bool = False  # NaN or inf in a tensor where the unfused graph has none
     rows: list[TensorError] = field(default_factory=list)  # fusion boundaries and divergences, in order
 
@@ -104,6 +122,7 @@ class Comparison:
             "outputs_max_abs": _json_number(self.outputs_max_abs),
             "outputs_max_rel": _json_number(self.outputs_max_rel),
             "outputs_ok": self.outputs_ok,
+            "failed_outputs": list(self.failed_outputs),
             "new_nonfinite": self.new_nonfinite,
             "rows": [row.to_dict() for row in self.rows],
         }
@@ -159,8 +178,7 @@ def compare_tensors(
     fetch_reference: Fetch,
     fetch_optimized: Fetch,
     sizes: dict[str, int] | None,
-    rtol: float,
-    atol: float,
+    tolerances: TensorTolerances,
     budget_bytes: int = BUDGET_BYTES,
 ) -> Comparison:
     """Compare every surviving tensor, a chunk at a time; see the module docstring."""
@@ -170,7 +188,7 @@ def compare_tensors(
         # The graph outputs are still checked, as they were before any tensor was marked.
         surviving = [s for s in surviving if s.graph_output]
         chunks = [[s.tensor for s in surviving]]
-    found = Tally(feed_set, surviving, rtol, atol)
+    found = Tally(feed_set, surviving, tolerances)
     for chunk in chunks:
         optimized = fetch_optimized(chunk)
         found.add(chunk, fetch_reference(chunk), optimized)
@@ -185,11 +203,11 @@ class Tally:
     """One feed set's comparison, built a chunk at a time, so an engine may run its chunks in whatever
     order costs it least (onnxruntime: every feed set through one session per chunk)."""
 
-    def __init__(self, feed_set: str, surviving: Sequence[Surviving], rtol: float, atol: float) -> None:
+    def __init__(self, feed_set: str, surviving: Sequence[Surviving], tolerances: TensorTolerances) -> None:
         self._comparison = Comparison(feed_set, "compared")
         self._by_name = {s.tensor: s for s in surviving}
         self._order = {s.tensor: index for index, s in enumerate(surviving)}
-        self._rtol, self._atol = rtol, atol
+        self._tolerances = tolerances
         self._diverging: list[TensorError] = []
         self._boundaries: list[TensorError] = []
 
@@ -199,7 +217,7 @@ class Tally:
         for name in names:
             if name not in reference or name not in optimized:
                 continue  # an optional output neither run produced
-            error = tensor_error(self._by_name[name], reference.pop(name), optimized.pop(name), self._rtol, self._atol)
+            error = tensor_error(self._by_name[name], reference.pop(name), optimized.pop(name), self._tolerances)
             comparison.tensors += 1
             if error.nonfinite:
                 comparison.new_nonfinite = True
@@ -207,6 +225,8 @@ class Tally:
                 comparison.outputs_max_abs = max(comparison.outputs_max_abs, error.max_abs)
                 comparison.outputs_max_rel = max(comparison.outputs_max_rel, error.max_rel)
                 comparison.outputs_ok = comparison.outputs_ok and not error.diverges
+                if error.diverges and len(comparison.failed_outputs) < MAX_FAILED_OUTPUTS:
+                    comparison.failed_outputs.append(error.failed_output()[:MAX_SENTENCE])
             if error.diverges:
                 comparison.diverging += 1
                 if comparison.first is None:
@@ -222,7 +242,7 @@ class Tally:
         return self._comparison
 
 
-def tensor_error(surviving: Surviving, want: Any, got: Any, rtol: float, atol: float) -> TensorError:
+def tensor_error(surviving: Surviving, want: Any, got: Any, tolerances: TensorTolerances) -> TensorError:
     want, got = np.asarray(want), np.asarray(got)
     ref, opt = surviving.reference, surviving.optimized
     row = TensorError(
@@ -234,7 +254,7 @@ def tensor_error(surviving: Surviving, want: Any, got: Any, rtol: float, atol: f
         row.max_abs = row.max_rel = float("inf")
         row.diverges = True
         return row
-    if want.dtype.kind not in "fc" or got.dtype.kind not in "fc":
+    if not is_float(want.dtype.name) or not is_float(got.dtype.name):
         if want.dtype != got.dtype or not np.array_equal(want, got):
             row.problem = f"{got.dtype} values differ from the unfused {want.dtype} ones"
             row.max_abs = row.max_rel = float("inf")
@@ -250,11 +270,29 @@ def tensor_error(surviving: Surviving, want: Any, got: Any, rtol: float, atol: f
         diff = np.abs(got64[both_finite] - want64[both_finite])
         row.max_abs = float(diff.max())
         row.max_rel = float((diff / np.maximum(np.abs(want64[both_finite]), 1e-12)).max())
-    close = np.isclose(got64, want64, rtol=rtol, atol=atol, equal_nan=True)
+    tolerance = tolerances.of(surviving.tensor, _narrower(want.dtype, got.dtype).name)
+    assert tolerance is not None  # both are floating types
+    scale = _scale(want64, want.dtype) if tolerance.scaled else None
+    close = np.isclose(got64, want64, rtol=tolerance.rtol, atol=tolerance.bound(scale or 0.0), equal_nan=True)
+    own = _narrower(want.dtype, got.dtype).name
+    passed = f", computed from {tolerance.dtype}" if tolerance.dtype != own else ""
+    row.tolerance = f"{own}{passed}: {tolerance.describe(scale)}"
     row.diverges = bool(row.nonfinite) or not bool(close.all())
     if not close.all() and not row.nonfinite and row.max_abs == 0.0:
         row.max_abs = row.max_rel = float("inf")  # inf against a finite number, or of the other sign
     return row
+
+
+def _narrower(a: np.dtype, b: np.dtype) -> np.dtype:
+    return a if a.itemsize <= b.itemsize else b
+
+
+def _scale(want64: np.ndarray, dtype: np.dtype) -> float:
+    """The reference tensor's largest finite magnitude, at least the type's smallest normal number (a
+    tensor of zeros is then held to a few subnormals, not to nothing)."""
+    finite = np.abs(want64[np.isfinite(want64)])
+    largest = float(finite.max()) if finite.size else 0.0
+    return max(largest, float(ml_dtypes.finfo(dtype).tiny))
 
 
 def attribute(

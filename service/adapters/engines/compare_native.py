@@ -30,6 +30,8 @@ from service.adapters.engines.compare import (
     surviving_tensors,
 )
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
+from service.adapters.engines.precision import TensorTolerances
+from service.domain.tolerances import Tolerances
 
 ENGINE = "fusionwatch"
 
@@ -38,8 +40,7 @@ def compare_native(
     model_path: str | Path,
     level: str,
     feed_sets: Mapping[str, Mapping[str, np.ndarray]],
-    rtol: float,
-    atol: float,
+    tolerances: Tolerances,
     *,
     disabled: Sequence[str] = (),
     custom_ops: CustomOps = NO_CUSTOM_OPS,
@@ -58,13 +59,14 @@ def compare_native(
         [value.name for value in reference.model.graph.outputs],
     )
     names = [s.tensor for s in surviving]
+    judged = TensorTolerances.of_graph(tolerances, reference.model.graph)
     comparisons = []
     for feed_set, feeds in feed_sets.items():
         with failing_as(ENGINE, level, model_path, f"failed while comparing on feed set '{feed_set}'"):
             sizes = sizes_of(lambda sink, feeds=feeds: reference.run_watching(names, feeds, sink))
             comparisons.append(
                 compare_tensors(
-                    feed_set, surviving, _fetch(reference, feeds), _fetch(optimized, feeds), sizes, rtol, atol,
+                    feed_set, surviving, _fetch(reference, feeds), _fetch(optimized, feeds), sizes, judged,
                     budget_bytes,
                 )  # fmt: skip
             )

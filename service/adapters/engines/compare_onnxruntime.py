@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 
 from optimizer.levels import LEVELS
@@ -46,6 +47,8 @@ from service.adapters.engines.onnxruntime import (
     graph_optimization_level,
     session_options,
 )
+from service.adapters.engines.precision import TensorTolerances
+from service.domain.tolerances import Tolerances
 
 ENGINE = OnnxruntimeEngine.name
 
@@ -75,8 +78,7 @@ def compare_onnxruntime_files(
     optimized_path: Path,
     level: str,
     feed_sets: Mapping[str, Mapping[str, np.ndarray]],
-    rtol: float,
-    atol: float,
+    tolerances: Tolerances,
     *,
     sizes: Mapping[str, dict[str, int] | None] | None = None,
     custom_ops: CustomOps = NO_CUSTOM_OPS,
@@ -92,6 +94,7 @@ def compare_onnxruntime_files(
         attribute(_described(optimized.graph, level, existing)),
         [value.name for value in unfused.graph.output],
     )
+    judged = TensorTolerances.of_graph(tolerances, ir.serde.deserialize_graph(unfused.graph))
     sizes = sizes or {}
     names = [s.tensor for s in surviving]
     # One session per chunk and graph runs every feed set, so each side's chunk holds every feed set's
@@ -105,11 +108,11 @@ def compare_onnxruntime_files(
             compare_tensors(
                 feed_set, surviving,
                 _fetch(unfused, unfused_path, feeds, custom_ops), _fetch(optimized, optimized_path, feeds, custom_ops),
-                sizes.get(feed_set), rtol, atol, budget_bytes,
+                sizes.get(feed_set), judged, budget_bytes,
             )  # fmt: skip
             for feed_set, feeds in feed_sets.items()
         ]
-    tallies = {feed_set: Tally(feed_set, surviving, rtol, atol) for feed_set in feed_sets}
+    tallies = {feed_set: Tally(feed_set, surviving, judged) for feed_set in feed_sets}
     for chunk in chunks:
         with failing_as(ENGINE, level, optimized_path, "failed while comparing"):
             got = _run_all(optimized, optimized_path, chunk, feed_sets, custom_ops)
@@ -135,8 +138,7 @@ def compare_onnxruntime(
     model_path: str | Path,
     level: str,
     feed_sets: Mapping[str, Mapping[str, np.ndarray]],
-    rtol: float,
-    atol: float,
+    tolerances: Tolerances,
     *,
     sizes: Mapping[str, dict[str, int] | None] | None = None,
     disabled: Sequence[str] = (),
@@ -148,9 +150,9 @@ def compare_onnxruntime(
         try:
             unfused_path, optimized_path = write_graphs(Path(model_path), level, Path(name), disabled, custom_ops)
         except EngineError as error:
-            return compare_outputs_only(Path(model_path), level, feed_sets, rtol, atol, disabled, custom_ops, error.problem)
+            return compare_outputs_only(Path(model_path), level, feed_sets, tolerances, disabled, custom_ops, error.problem)
         return compare_onnxruntime_files(
-            unfused_path, optimized_path, level, feed_sets, rtol, atol, sizes=sizes, custom_ops=custom_ops,
+            unfused_path, optimized_path, level, feed_sets, tolerances, sizes=sizes, custom_ops=custom_ops,
             budget_bytes=budget_bytes,
         )  # fmt: skip
 
@@ -159,8 +161,7 @@ def compare_outputs_only(
     model_path: Path,
     level: str,
     feed_sets: Mapping[str, Mapping[str, np.ndarray]],
-    rtol: float,
-    atol: float,
+    tolerances: Tolerances,
     disabled: Sequence[str],
     custom_ops: CustomOps,
     reason: str,
@@ -170,6 +171,7 @@ def compare_outputs_only(
     comparison says why it went no deeper."""
     model = onnx.load(str(model_path), load_external_data=False)
     outputs = [value.name for value in model.graph.output]
+    judged = TensorTolerances.of_graph(tolerances, ir.serde.deserialize_graph(model.graph))
     surviving = [
         Surviving(name, Producer("", "graph output"), Producer("", "graph output"), graph_output=True) for name in outputs
     ]
@@ -187,7 +189,7 @@ def compare_outputs_only(
             return lambda names: dict(zip(names, sessions[at].run(list(names), dict(feeds)), strict=True))
 
         with failing_as(ENGINE, level, model_path, f"failed while comparing on feed set '{feed_set}'"):
-            comparison = compare_tensors(feed_set, surviving, fetch("disabled"), fetch(level), None, rtol, atol)
+            comparison = compare_tensors(feed_set, surviving, fetch("disabled"), fetch(level), None, judged)
         comparison.status, comparison.reason = "unavailable", reason
         comparisons.append(comparison)
     return comparisons

@@ -23,6 +23,7 @@ from service.adapters.engines.compare_native import compare_native, unfused_size
 from service.adapters.engines.compare_onnxruntime import compare_onnxruntime
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.adapters.engines.feeds import describe_feeds
+from service.domain.tolerances import Tolerances
 
 
 @dataclass
@@ -62,7 +63,7 @@ class NumericCheck:
                 "feed_set": c.feed_set, "inputs": self.inputs.get(c.feed_set, {}), "status": c.status,
                 "ok": c.ok, "tensors": c.tensors, "diverging": c.diverging,
                 "max_abs": data["outputs_max_abs"], "max_rel": data["outputs_max_rel"],
-                "first": first.tensor if first else None,
+                "first": first.tensor if first else None, "failed_outputs": list(c.failed_outputs),
             })  # fmt: skip
         return summaries
 
@@ -82,20 +83,19 @@ def check_numerics(
     model_path: str | Path,
     level: str,
     feed_sets: Mapping[str, Mapping[str, np.ndarray]],
-    rtol: float,
-    atol: float,
+    tolerances: Tolerances,
     **options: Unpack[CompareOptions],
 ) -> NumericCheck:
     """Raises EngineError when the engine cannot run either graph on a feed set."""
     if engine == "fusionwatch":
-        comparisons = compare_native(model_path, level, feed_sets, rtol, atol, **options)
+        comparisons = compare_native(model_path, level, feed_sets, tolerances, **options)
     elif engine == "onnxruntime":
         threads = options.pop("threads", 0)
         try:
             sizes = unfused_sizes(model_path, feed_sets, options.get("custom_ops", NO_CUSTOM_OPS), threads)
         except EngineError:
             sizes = None  # our executor cannot run it: onnxruntime's chunks go by count instead of bytes
-        comparisons = compare_onnxruntime(model_path, level, feed_sets, rtol, atol, sizes=sizes, **options)
+        comparisons = compare_onnxruntime(model_path, level, feed_sets, tolerances, sizes=sizes, **options)
     else:
         raise ValueError(f"unknown engine {engine!r}")
     return NumericCheck(comparisons, {name: describe_feeds(feeds) for name, feeds in feed_sets.items()})

@@ -1,0 +1,97 @@
+"""Which tolerance a compared tensor gets: the project's rtol/atol for float32/float64, one derived from
+the type's precision for 16-bit (and 8-bit) floats, exact equality for integers and booleans.
+
+A 16-bit float carries ~3 (float16) or ~2 (bfloat16) significant decimal digits: two engines that order
+a reduction differently, or round an intermediate once more, differ by an ulp or more, and float32's
+rtol 1e-3 / atol 1e-4 fails a correct float16 model (measured: 2.4e-4 to 4.9e-4 on an Optimum
+float16 Llama, onnxruntime against ours). So a narrow type is compared within
+
+    |got - ref| <= rtol_u * u * |ref|  +  atol_u * u * max|ref|
+
+u its unit roundoff (float16 2^-11 = 4.9e-4, bfloat16 2^-8 = 3.9e-3), max|ref| the largest finite
+magnitude in the reference tensor (floored at the type's smallest normal). The absolute term is
+relative to the tensor's scale, not a fixed number: an element near zero that comes out of
+cancellation (a LayerNorm's output, a logit) carries the rounding of the operands it was computed
+from, an ulp of the tensor's scale, not of itself (measured on float16 BERT/GPT-2/Llama/Qwen2: up to
+2,200 ulps of the element, never over 2.3 u of max|ref|). A fixed atol would be too tight for a
+residual stream in the hundreds and too loose for a tensor whose values are all ~1e-3.
+
+Defaults rtol_u 8, atol_u 4 (float16: 3.9e-3 |ref| + 2.0e-3 max|ref|): the worst difference measured
+between the engines, and between each engine's fused and unfused graphs, is 0.43 of this bound
+(docs/numerics.md, "16-bit floats"), while a bias 3% off fails it threefold and a dropped bias a
+hundredfold.
+
+A tensor computed from narrower ones (float32 logits cast up at the end of a float16 model, an
+RMSNorm's float32 variance) is compared at the narrowest type its value passed through
+(service/adapters/engines/precision.py): the ulp of difference upstream is still in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Significand bits (with the implicit one) of the floating types numpy and ml_dtypes name; a name not
+# here is compared exactly. complex64/128 are float32/float64 pairs.
+SIGNIFICAND_BITS = {
+    "float64": 53, "complex128": 53, "float32": 24, "complex64": 24,
+    "float16": 11, "bfloat16": 8,
+    "float8_e4m3fn": 4, "float8_e4m3fnuz": 4, "float8_e4m3b11fnuz": 4, "float8_e5m2": 3, "float8_e5m2fnuz": 3,
+}  # fmt: skip
+# At or above this the project's rtol/atol apply (float32, float64): they were chosen for float32.
+WIDE_BITS = 24
+RTOL_ROUNDOFFS = 8.0
+ATOL_ROUNDOFFS = 4.0
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in SIGNIFICAND_BITS
+
+
+def unit_roundoff(dtype: str) -> float:
+    return 2.0 ** -SIGNIFICAND_BITS[dtype]
+
+
+def narrowest(*dtypes: str | None) -> str | None:
+    """The floating type of fewest significand bits among `dtypes` (non-floats and None ignored)."""
+    floats = [d for d in dtypes if d is not None and is_float(d)]
+    return min(floats, key=SIGNIFICAND_BITS.__getitem__, default=None)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How one tensor is compared: |got - ref| <= rtol * |ref| + atol (* max|ref| when `scaled`)."""
+
+    dtype: str  # the type whose precision set it
+    rtol: float
+    atol: float
+    scaled: bool = False  # atol in units of the reference tensor's largest magnitude
+
+    def bound(self, scale: float) -> float:
+        """The absolute term for a tensor whose largest finite |ref| is `scale`."""
+        return self.atol * scale if self.scaled else self.atol
+
+    def describe(self, scale: float | None = None) -> str:
+        """"atol 1e-04 + rtol 1e-03 × |ref|", or for a narrow type the scaled term with its value."""
+        if not self.scaled:
+            return f"atol {self.atol:.1e} + rtol {self.rtol:.1e} × |ref|"
+        of = f" (max|ref| {scale:.2g}: {self.bound(scale):.1e})" if scale is not None else ""
+        return f"atol {self.atol:.1e} × max|ref|{of} + rtol {self.rtol:.1e} × |ref|"
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """A project's tolerances (Protocol's rtol, atol, rtol_16bit_roundoffs, atol_16bit_roundoffs)."""
+
+    rtol: float = 1e-3
+    atol: float = 1e-4
+    rtol_roundoffs: float = RTOL_ROUNDOFFS
+    atol_roundoffs: float = ATOL_ROUNDOFFS
+
+    def for_dtype(self, dtype: str) -> Tolerance | None:
+        """None: not a floating type, compared exactly."""
+        if not is_float(dtype):
+            return None
+        if SIGNIFICAND_BITS[dtype] >= WIDE_BITS:
+            return Tolerance(dtype, self.rtol, self.atol)
+        u = unit_roundoff(dtype)
+        return Tolerance(dtype, self.rtol_roundoffs * u, self.atol_roundoffs * u, scaled=True)
