@@ -58,10 +58,13 @@ def _numeric_alert(result: Result, commit: Commit, protocol: Protocol, where: st
     """Names the first tensor that diverged from the unfused graph, and the fusion whose output it is,
     when the mark-all check found one (service/adapters/engines/numerics.py)."""
     first = (result.divergence or {}).get("first")
+    # Each output out of tolerance with the bound it left, which depends on its type (float16's is not
+    # float32's, service/domain/tolerances.py); results stored before outputs were named quote the protocol's.
+    failed = _failed_outputs(result)
+    bounds = "; ".join(failed) if failed else f"tolerance rtol {protocol.rtol:g}, atol {protocol.atol:g}"
     message = (
         f"{where}: outputs differ from level disabled at commit {commit.sha[:12]} "
-        f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g}; "
-        f"tolerance rtol {protocol.rtol:g}, atol {protocol.atol:g})"
+        f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g}; {bounds})"
     )
     if first:
         message += "; " + describe_row(first, result.divergence.get("feed_set"))
@@ -70,6 +73,18 @@ def _numeric_alert(result: Result, commit: Commit, protocol: Protocol, where: st
         rule=first.get("rule") if first else None, op=(first.get("fused_op") or first.get("op")) if first else None,
         **common,
     )  # fmt: skip
+
+
+def _failed_outputs(result: Result) -> list[str]:
+    """The worst comparison's outputs out of tolerance, else the first failing feed set's (level
+    `disabled`, whose check against the other engine keeps no divergence record)."""
+    named = (result.divergence or {}).get("failed_outputs")
+    if named:
+        return list(named)
+    for check in result.numeric_checks or []:
+        if not check.get("ok", True) and check.get("failed_outputs"):
+            return list(check["failed_outputs"])
+    return []
 
 
 def _timing(session: Session, result: Result, common: dict, where: str, protocol: Protocol) -> list[Alert]:
