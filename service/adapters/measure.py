@@ -24,7 +24,7 @@ from service.adapters.engines.compare import Comparison, Producer, Surviving, Ta
 from service.adapters.engines.custom_ops import NO_CUSTOM_OPS, CustomOps
 from service.adapters.engines.feeds import SYNTHESIZED, synthesized_feed_sets
 from service.adapters.engines.numerics import check_numerics
-from service.adapters.engines.precision import TensorTolerances, narrowest_floats
+from service.adapters.engines.precision import TensorTolerances, narrowest_floats, reduction_depths
 from service.domain.measurement import Measurement
 from service.domain.protocol import Protocol
 from service.domain.tolerances import Tolerances
@@ -123,14 +123,15 @@ def _check_disabled(
     at `disabled` (onnxruntime's against ours; ours against itself) on the timed feeds."""
     tolerances = protocol.tolerances()
     if timed.engine == "fusionwatch":
-        reference_outputs, narrow = timed.outputs, {}
+        reference_outputs, narrow, depths = timed.outputs, {}, {}
     else:
         reference_outputs = run_engine(
             "fusionwatch", path, "disabled", runs=1, warmup=0, threads=protocol.threads,
             sequence_length=protocol.sequence_length, limits=limits, custom_ops=custom_ops,
         ).outputs  # fmt: skip
-        narrow = narrowest_floats(ir.serde.deserialize_graph(onnx.load(str(path), load_external_data=False).graph))
-    found = compare_outputs(timed.outputs, reference_outputs, tolerances, narrow)
+        graph = ir.serde.deserialize_graph(onnx.load(str(path), load_external_data=False).graph)
+        narrow, depths = narrowest_floats(graph), reduction_depths(graph)
+    found = compare_outputs(timed.outputs, reference_outputs, tolerances, narrow, depths)
     max_abs, max_rel = found.outputs_max_abs, found.outputs_max_rel
     summary = {
         "feed_set": SYNTHESIZED, "inputs": dict(timed.inputs), "status": "compared", "ok": found.ok,
@@ -146,12 +147,14 @@ def compare_outputs(
     reference: Mapping[str, np.ndarray],
     tolerances: Tolerances,
     narrow: Mapping[str, str] | None = None,
+    depths: Mapping[str, int] | None = None,
 ) -> Comparison:
     """Every output both runs produced, each at its type's tolerance (`narrow`: the narrowest type each
-    output's value passed through, service/adapters/engines/precision.py); `outputs_max_abs`,
-    `outputs_max_rel`, `ok`, and the outputs out of tolerance named with it (`failed_outputs`)."""
+    output's value passed through; `depths`: the reductions it was computed through, 1 where not given;
+    service/adapters/engines/precision.py); `outputs_max_abs`, `outputs_max_rel`, `ok`, and the outputs
+    out of tolerance named with it (`failed_outputs`)."""
     names = [name for name in reference if name in outputs]
     surviving = [Surviving(name, Producer("", "graph output"), Producer("", "graph output"), graph_output=True) for name in names]
-    tally = Tally(SYNTHESIZED, surviving, TensorTolerances(tolerances, dict(narrow or {})))
+    tally = Tally(SYNTHESIZED, surviving, TensorTolerances(tolerances, dict(narrow or {}), dict(depths or {})))
     tally.add(names, dict(reference), dict(outputs))
     return tally.comparison()

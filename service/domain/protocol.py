@@ -32,9 +32,10 @@ class Protocol(BaseModel):
     rtol: float = Field(1e-3, ge=0)
     atol: float = Field(1e-4, ge=0)
     # For float16/bfloat16 (and float8) tensors, in units of the type's unit roundoff u (float16 2^-11,
-    # bfloat16 2^-8): |got - ref| <= rtol_16bit_roundoffs·u·|ref| + atol_16bit_roundoffs·u·max|ref|
-    # (service/domain/tolerances.py says why the absolute term scales with the tensor). At most 256:
-    # bfloat16's 256 u is 100%, no comparison at all.
+    # bfloat16 2^-8) per square root of the reductions d the tensor is computed through:
+    # |got - ref| <= sqrt(d)·(rtol_16bit_roundoffs·u·|ref| + atol_16bit_roundoffs·u·max|ref|)
+    # (service/domain/tolerances.py says why the absolute term scales with the tensor and the bound with
+    # sqrt(d)). At most 256: bfloat16's 256 u is 100%, no comparison at all.
     rtol_16bit_roundoffs: float = Field(RTOL_ROUNDOFFS, ge=0, le=256, allow_inf_nan=False)
     atol_16bit_roundoffs: float = Field(ATOL_ROUNDOFFS, ge=0, le=256, allow_inf_nan=False)
     # timing-regression: the least rise that counts, however quiet the series (service/domain/timing.py

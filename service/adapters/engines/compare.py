@@ -14,7 +14,8 @@ graph needing more than MAX_CHUNKS runs, or holding a single tensor over half th
 
 A tensor diverges when it leaves its tolerance of the unfused one (service/domain/tolerances.py: the
 project's rtol/atol for float32, derived from the precision for float16/bfloat16, by the narrowest
-type its value passed through), when its shape or (for integers and booleans) any value differs, or
+type its value passed through, widened with the reductions it is computed through), when its shape
+or (for integers and booleans) any value differs, or
 when it holds NaN or inf where the unfused graph has a finite number: that last one is a mismatch
 whatever the tolerance. A graph output out of tolerance is named with the tolerance it left
 (`Comparison.failed_outputs`), so an alert says which bound applied to which output.
@@ -276,7 +277,8 @@ def tensor_error(surviving: Surviving, want: Any, got: Any, tolerances: TensorTo
     close = np.isclose(got64, want64, rtol=tolerance.rtol, atol=tolerance.bound(scale or 0.0), equal_nan=True)
     own = _narrower(want.dtype, got.dtype).name
     passed = f", computed from {tolerance.dtype}" if tolerance.dtype != own else ""
-    row.tolerance = f"{own}{passed}: {tolerance.describe(scale)}"
+    deep = f", {tolerance.depth} reduction{'s' if tolerance.depth > 1 else ''} deep" if tolerance.scaled else ""
+    row.tolerance = f"{own}{passed}{deep}: {tolerance.describe(scale)}"
     row.diverges = bool(row.nonfinite) or not bool(close.all())
     if not close.all() and not row.nonfinite and row.max_abs == 0.0:
         row.max_abs = row.max_rel = float("inf")  # inf against a finite number, or of the other sign

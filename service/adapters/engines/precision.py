@@ -1,5 +1,5 @@
-"""The narrowest floating type each tensor's value passed through, which sets its tolerance
-(service/domain/tolerances.py).
+"""The narrowest floating type each tensor's value passed through, and how many reductions deep it was
+computed, which together set its tolerance (service/domain/tolerances.py).
 
 A float32 tensor computed from float16 ones (the float32 variance of a float16 Llama's RMSNorm, logits
 cast up at the end of a float16 model) is only as exact as its float16 inputs: the ulp by which two
@@ -9,6 +9,15 @@ Walked over the unfused graph in order: a node's outputs get the narrowest of it
 types its inputs and outputs declare, a Cast's target and, for a node with subgraphs (If, Loop, Scan),
 everything its subgraphs read or declare. Integer and boolean outputs get no entry and pass nothing on:
 a Shape or an ArgMax is exact whatever the precision it was taken from, and is compared exactly.
+
+The depth of a tensor is the number of reductions (a MatMul, a normalization, a Softmax, ...; REDUCTIONS)
+on the longest path from the graph's inputs and weights to it. Two correct engines differ where they sum
+in another order or precision, and those differences add up along the path like a random walk: the
+largest difference measured grows about as the square root of the depth, from 2 (a MatMul block) to 110
+(BERT-base's pooler) (docs/numerics.md, "16-bit floats"). Elementwise ops are not counted:
+between engines they round alike; a fused kernel that keeps them in float32 against an unfused graph
+rounding each to float16 (GELU) makes our fused-against-unfused difference grow a little faster, which
+the defaults leave room for. A control-flow node is as deep as its subgraphs' outputs.
 """
 
 from __future__ import annotations
@@ -27,16 +36,17 @@ class TensorTolerances:
 
     tolerances: Tolerances
     narrowest: Mapping[str, str] = field(default_factory=dict)
+    depths: Mapping[str, int] = field(default_factory=dict)  # reductions deep; a name not here: 1
 
     def of(self, name: str, dtype: str) -> Tolerance | None:
         """The tolerance of tensor `name` whose values are of numpy type `dtype`; None: compared exactly."""
         if not is_float(dtype):
             return None
-        return self.tolerances.for_dtype(narrowest(dtype, self.narrowest.get(name)) or dtype)
+        return self.tolerances.for_dtype(narrowest(dtype, self.narrowest.get(name)) or dtype, self.depths.get(name, 1))
 
     @classmethod
     def of_graph(cls, tolerances: Tolerances, graph: ir.Graph) -> TensorTolerances:
-        return cls(tolerances, narrowest_floats(graph))
+        return cls(tolerances, narrowest_floats(graph), reduction_depths(graph))
 
 
 def narrowest_floats(graph: ir.Graph) -> dict[str, str]:
@@ -57,6 +67,47 @@ def narrowest_floats(graph: ir.Graph) -> dict[str, str]:
     return found
 
 
+# Reductions each op stands for, by op type in any domain: a fused op counts what it fused (Attention:
+# the QKV projection, QK^T, Softmax, ·V). Max/Min reductions and pooling by max are exact; elementwise
+# ops are one rounding each, not a sum (the module docstring says why they are left out).
+REDUCTIONS = {
+    **dict.fromkeys((
+        "MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "CumSum", "DFT", "STFT", "RNN", "GRU", "LSTM",
+        "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+        "ReduceProd", "AveragePool", "GlobalAveragePool", "LpPool", "GlobalLpPool", "LRN",
+        "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+        "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
+        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization",
+        "FusedMatMul", "FusedGemm", "FusedConv", "NhwcConv", "MatMulNBits", "GemmFastGelu", "BiasSoftmax",
+    ), 1),
+    **dict.fromkeys(("MultiHeadAttention", "GroupQueryAttention", "PackedMultiHeadAttention", "SparseAttention",
+                     "DecoderMaskedMultiHeadAttention"), 3),
+    **dict.fromkeys(("Attention", "PackedAttention"), 4),  # com.microsoft's, with the QKV projection
+}  # fmt: skip
+
+
+def reduction_depths(graph: ir.Graph, outer: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Tensor name -> reductions on the longest path to it (graph inputs and initializers: 0)."""
+    depths: dict[str, int] = dict(outer or {})
+    for node in graph:
+        deepest = max((depths.get(value.name, 0) for value in node.inputs if value is not None), default=0)
+        for subgraph in _subgraphs(node):
+            inner = reduction_depths(subgraph, depths)
+            deepest = max([deepest, *(inner.get(value.name, 0) for value in subgraph.outputs)])
+        depth = deepest + REDUCTIONS.get(node.op_type, 0)
+        for value in node.outputs:
+            depths[value.name] = depth
+    return depths
+
+
+def _subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
+    for attribute in node.attributes.values():
+        if attribute.type == ir.AttributeType.GRAPH:
+            yield attribute.value
+        elif attribute.type == ir.AttributeType.GRAPHS:
+            yield from attribute.value
+
+
 def _entry(found: dict[str, str], value: ir.Value | None) -> str | None:
     if value is None:
         return None
@@ -65,14 +116,12 @@ def _entry(found: dict[str, str], value: ir.Value | None) -> str | None:
 
 def _subgraph_types(node: ir.Node, found: dict[str, str]) -> Iterator[str | None]:
     """What a control-flow node's subgraphs read from outside and compute in, nested ones included."""
-    for attribute in node.attributes.values():
-        graphs = attribute.value if attribute.type == ir.AttributeType.GRAPHS else [attribute.value]
-        for subgraph in graphs if attribute.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) else ():
-            inner = narrowest_floats(subgraph)
-            yield narrowest(*inner.values())
-            for inner_node in ir.traversal.RecursiveGraphIterator(subgraph):
-                for value in inner_node.inputs:
-                    yield _entry(found, value)
+    for subgraph in _subgraphs(node):
+        inner = narrowest_floats(subgraph)
+        yield narrowest(*inner.values())
+        for inner_node in ir.traversal.RecursiveGraphIterator(subgraph):
+            for value in inner_node.inputs:
+                yield _entry(found, value)
 
 
 def _produced_type(node: ir.Node) -> str | None:
