@@ -25,18 +25,10 @@ import torch
 import transformers
 from torch import nn
 
+from tools.make_zoo import Positional  # tensors in by position, a tuple out: what the exporter takes
+
 SEQUENCE = 32  # of the export's example; the axis is dynamic
 DEFAULT_LAYERS = {"bert": 12, "gpt2": 12, "llama": 8}
-
-
-class _Positional(nn.Module):
-    def __init__(self, model: nn.Module, inputs: list[str], outputs: list[str]):
-        super().__init__()
-        self.model, self.names, self.outputs = model, inputs, outputs
-
-    def forward(self, *tensors: torch.Tensor):
-        out = self.model(**dict(zip(self.names, tensors, strict=True)), return_dict=True)
-        return tuple(getattr(out, name) for name in self.outputs)
 
 
 def build(name: str, layers: int) -> tuple[nn.Module, list[str], list[str]]:
@@ -63,7 +55,7 @@ def export(name: str, layers: int, folder: Path, half: bool) -> Path:
     for parameter in model.parameters():
         if parameter.dim() == 1:  # biases, norm scales and shifts
             parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.1)
-    wrapped = _Positional(model.eval(), inputs, outputs).eval()
+    wrapped = Positional(model.eval(), inputs, outputs).eval()
     if half:
         wrapped = wrapped.half()
     ids = torch.randint(5, 1000, (1, SEQUENCE))

@@ -154,7 +154,7 @@ ARCHITECTURES: list[Architecture] = [
 ]
 
 
-class _Positional(nn.Module):
+class Positional(nn.Module):
     """Tensors in by position, a tuple of tensors out: what both exporters take and give."""
 
     def __init__(self, model: nn.Module, inputs: list[str], outputs: list[str]):
@@ -240,7 +240,7 @@ def _worst_error(model: nn.Module, path: Path, variants: dict) -> dict[str, floa
 def make_one(arch: Architecture, exporter: str, folder: Path, opset: int) -> dict:
     stem = f"{arch.name}_{exporter}"
     torch.manual_seed(SEED)
-    model = _Positional(arch.build().eval(), arch.inputs, arch.outputs).eval()
+    model = Positional(arch.build().eval(), arch.inputs, arch.outputs).eval()
     rerandomize(model)
     variants = example_inputs(arch)
     first = next(iter(variants.values()))
