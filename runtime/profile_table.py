@@ -69,12 +69,36 @@ def profile_table(events: list[dict], skip_runs: int = 0) -> ProfileTable:
             executes.append(max(inside))
     totals: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
-    for event in events:
-        if event.get("cat") == "Node" and event.get("name", "").endswith(KERNEL_SUFFIX) and in_kept_run(event):
-            op = event.get("args", {}).get("op_name", "?")
-            totals[op] += event["dur"]
-            calls[op] += 1
+    kernels = [e for e in events
+               if e.get("cat") == "Node" and e.get("name", "").endswith(KERNEL_SUFFIX) and in_kept_run(e)]
+    for event, exclusive in zip(kernels, exclusive_durations(kernels), strict=True):
+        op = event.get("args", {}).get("op_name", "?")
+        totals[op] += exclusive
+        calls[op] += 1
     count = len(kept)
     ops = [OpTiming(op, calls[op] / count, totals[op] / count) for op in totals]
     ops.sort(key=lambda t: -t.us_per_run)
     return ProfileTable(count, [e["dur"] for e in kept], executes, ops)
+
+
+def exclusive_durations(kernels: list[dict]) -> list[float]:
+    """Each kernel event's duration less the kernels nested in it: an If, Loop or Scan's kernel time
+    spans the nodes of the subgraph it ran, which both engines also record as kernels of their own, so
+    counting both would put the branch's work in the table twice (an Optimum merged decoder's If read
+    as its slowest op). Nesting is by time on one thread: a kernel inside another's span ran inside it."""
+    exclusive = [float(e["dur"]) for e in kernels]
+    order = sorted(range(len(kernels)), key=lambda i: (kernels[i].get("tid", 0), kernels[i]["ts"], -kernels[i]["dur"]))
+    open_spans: list[int] = []  # indices of the kernels enclosing the current one, outermost first
+    for i in order:
+        event = kernels[i]
+        while open_spans and not _encloses(kernels[open_spans[-1]], event):
+            open_spans.pop()
+        if open_spans:
+            exclusive[open_spans[-1]] -= event["dur"]  # only the direct parent: its own parent subtracts it
+        open_spans.append(i)
+    return [max(d, 0.0) for d in exclusive]
+
+
+def _encloses(outer: dict, inner: dict) -> bool:
+    return (outer.get("tid", 0) == inner.get("tid", 0) and outer["ts"] <= inner["ts"]
+            and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"])

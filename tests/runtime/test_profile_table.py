@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 
 import runtime
-from runtime.profile_table import load_trace, profile_table
+from runtime.profile_table import exclusive_durations, load_trace, profile_table
 from tests.oracle import MODELS, fixture_feeds
 
 MODEL = MODELS / "bert_torchscript_opset14.onnx"
@@ -63,3 +63,22 @@ def test_a_subgraphs_execute_is_not_counted_as_a_run():
               {"name": "SequentialExecutor::Execute", "ts": 230, "dur": 15}]
     table = profile_table(events)
     assert (table.runs, table.execute_us) == (2, [90, 80])
+
+
+def _kernel(op, ts, dur, tid=1):
+    return {"cat": "Node", "name": f"{op}_{ts}_kernel_time", "ts": ts, "dur": dur, "tid": tid, "args": {"op_name": op}}
+
+
+def test_a_subgraphs_kernels_are_not_counted_again_in_the_if_that_ran_them():
+    """An If's kernel time spans its branch's nodes, which are kernels of their own: the If keeps only
+    what it spent outside them, a nested Loop's body is taken off the Loop only, another thread's
+    kernel at the same moment is not nested."""
+    events = [{"name": "model_run", "ts": 0, "dur": 1000},
+              _kernel("MatMul", 10, 50),
+              _kernel("If", 100, 400), _kernel("Softmax", 120, 100), _kernel("Loop", 250, 200),
+              _kernel("Add", 260, 30), _kernel("Mul", 300, 40),
+              _kernel("Gemm", 120, 300, tid=2), _kernel("Relu", 600, 20)]
+    ops = {t.op: t.us_per_run for t in profile_table(events).ops}
+    assert ops == {"MatMul": 50, "If": 400 - 100 - 200, "Softmax": 100, "Loop": 200 - 30 - 40, "Add": 30, "Mul": 40,
+                   "Gemm": 300, "Relu": 20}
+    assert exclusive_durations([_kernel("If", 0, 10), _kernel("Add", 0, 10)]) == [0.0, 10.0]  # both as long
