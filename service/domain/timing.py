@@ -162,15 +162,10 @@ def decide(
     window = [job for job in window if len(job.samples)]
     if not jobs or not window:
         return None
-    canaries = [job.canary_ms for job in window if job.canary_ms]
-    reference = float(np.median(canaries)) if canaries else None
+    reference = canary_reference(window)
 
     def slowness(job: Job) -> float:
-        """How much slower than the window's canary this job's was, in percent (0: not a slow moment)."""
-        if reference is None or not job.canary_ms:
-            return 0.0
-        excess = (job.canary_ms / reference - 1) * 100
-        return excess if excess > policy.canary_slack_pct else 0.0
+        return canary_slowness(job, reference, policy)
 
     calm = [job for job in window if not slowness(job)]
     if len(calm) >= 2:
@@ -284,12 +279,24 @@ def student(k: float, df: int) -> float:
             + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
 
 
+def canary_reference(window: Sequence[Job]) -> float | None:
+    """The window's median canary, ms; None when no job of it timed one."""
+    canaries = [job.canary_ms for job in window if job.canary_ms]
+    return float(np.median(canaries)) if canaries else None
+
+
+def canary_slowness(job: Job, reference: float | None, policy: TimingPolicy = DEFAULT_POLICY) -> float:
+    """How much slower than `reference` this job's canary ran, in percent; 0 within `canary_slack_pct`
+    (not a slow moment) or when either is unknown."""
+    if reference is None or not job.canary_ms:
+        return 0.0
+    excess = (job.canary_ms / reference - 1) * 100
+    return excess if excess > policy.canary_slack_pct else 0.0
+
+
 def in_slow_moment(job: Job, window: Sequence[Job], policy: TimingPolicy = DEFAULT_POLICY) -> bool:
     """Did `job`'s canary run more than `canary_slack_pct` slower than the window's median canary?"""
-    canaries = [other.canary_ms for other in window if other.canary_ms]
-    if not canaries or not job.canary_ms:
-        return False
-    return (job.canary_ms / float(np.median(canaries)) - 1) * 100 > policy.canary_slack_pct
+    return canary_slowness(job, canary_reference(window), policy) > 0
 
 
 def agree(first: TimingVerdict, second: TimingVerdict, policy: TimingPolicy = DEFAULT_POLICY) -> bool:
