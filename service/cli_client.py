@@ -225,13 +225,19 @@ def finite(value: Any) -> Any:
 
 
 def print_diff(console: Console, diff: dict[str, Any]) -> None:
-    """Each model × engine × level of a commit: fused ops and median Execute ms against the baseline."""
+    """Each model × engine × level of a commit: fused ops, the timing verdict and the change it
+    decided on, then the two jobs' median Execute ms.
+
+    A paired verdict times both models alternately in one job; the jobs' own medians were measured
+    at other moments of a shared machine and can move by tens of percent while the verdict says
+    "within noise". So beside a paired verdict the change shown is the verdict's, and the medians
+    follow dimmed, marked as context, without a change of their own for a reader to stop on."""
     console.print(f"commit {diff['commit'][:12]} on {diff['branch']}, against each result's baseline:", markup=False)
-    table = Table("model", "engine", "level", "baseline", "fused ops (before → after)", "Execute ms", "median change",
-                  "timing verdict")
+    table = Table("model", "engine", "level", "baseline", "fused ops (before → after)", "timing verdict", "change",
+                  "Execute ms (job medians)")
     paired = False
     for entry in diff["models"]:
-        timing, baseline = entry["median_ms"], entry["baseline_commit"]
+        timing, baseline, decided = entry["median_ms"], entry["baseline_commit"], entry.get("timing") or {}
         names = short_names(entry["fusions"])
         if baseline is None:  # the first measurement of its series: nothing to compare with
             fused = escape("\n".join(f"{names[op]} {c['after']}" for op, c in entry["fusions"].items()))
@@ -239,16 +245,16 @@ def print_diff(console: Console, diff: dict[str, Any]) -> None:
         else:
             fused = "\n".join(_count_change(names[op], c["before"], c["after"]) for op, c in entry["fusions"].items())
             timings = f"{_ms(timing['before'])} → {_ms(timing['after'])}"
-        change = _pct(timing["change_pct"])
-        if (entry.get("timing") or {}).get("basis") == "paired":
-            # Two jobs' medians at other moments of a shared machine: context, not what was decided on.
-            paired, change = True, f"[dim]{change}*[/dim]" if change else change
+        if decided.get("basis") == "paired":
+            paired, change, timings = True, _pct(decided.get("change_pct")), f"[dim]{timings}*[/dim]"
+        else:  # the window's verdict and these medians come from the same jobs
+            change = _pct(timing["change_pct"])
         table.add_row(escape(entry["model"]), entry["engine"], entry["level"], escape((baseline or "none")[:12]), fused or "-",
-                      timings, change, _verdict(entry.get("timing")))
+                      _verdict(entry.get("timing")), change, timings)
     console.print(table, highlight=False)
     if paired:
-        console.print("* each job's own median against its baseline job's, measured at other moments; the verdict "
-                      "beside it is on the two models timed alternately in one job", style="dim", highlight=False)
+        console.print("* each job's own median, measured at other moments of the machine: context only. The verdict "
+                      "and its change come from the two models timed alternately in one job", style="dim", highlight=False)
 
 
 # Only the detector's call is coloured: a median's change it did not call is shown plain, beside the word.

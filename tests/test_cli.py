@@ -201,7 +201,7 @@ def test_server_text_is_printed_as_is_not_as_rich_markup():
     assert console.export_text().strip() == f"fusion-regression {message}"
 
 
-def test_a_paired_verdict_marks_the_job_medians_beside_it_as_context():
+def test_a_paired_verdict_shows_its_own_change_and_the_job_medians_only_as_context():
     from rich.console import Console
 
     from service.cli_client import print_diff
@@ -210,17 +210,20 @@ def test_a_paired_verdict_marks_the_job_medians_beside_it_as_context():
         return {"model": model, "engine": "fusionwatch", "level": "extended", "baseline_commit": "a" * 40,
                 "fusions": {}, "median_ms": {"before": 6.236, "after": 4.383, "change_pct": change_pct}, "timing": timing}
 
-    paired = {"word": "within noise", "basis": "paired", "statistic": "candidate / baseline 0.976 [0.95, 1.01] over 8 pairs"}
+    paired = {"word": "within noise", "basis": "paired", "change_pct": -2.4,
+              "statistic": "candidate / baseline 0.976 [0.95, 1.01] over 8 pairs"}
     window = {"word": "within noise", "basis": "window", "statistic": "fastest run +1.0% against the window (bar ±5.0%)"}
-    console = Console(record=True, width=220)
+    console = Console(record=True, width=240)
     print_diff(console, {"commit": "b" * 40, "branch": "main", "models": [entry("bert", -29.7, paired)]})
     text = console.export_text()
-    assert "-29.7%*" in text and "* each job's own median against its baseline job's" in text
-    console = Console(record=True, width=220)
+    row = next(line for line in text.splitlines() if "bert" in line)
+    # The verdict, then its own change, then the medians marked as context; the medians' -29.7% nowhere.
+    assert row.index("within noise") < row.index("-2.4%") < row.index("6.236 → 4.383*")
+    assert "29.7" not in text and "* each job's own median, measured at other moments" in text
+    console = Console(record=True, width=240)
     print_diff(console, {"commit": "b" * 40, "branch": "main", "models": [entry("bert", 1.2, window)]})
     text = console.export_text()
     assert "+1.2%" in text and "*" not in text  # the window's verdict and the medians come from the same jobs
-
 
 
 def test_an_exports_own_op_and_the_fused_op_of_the_same_name_keep_their_domains():

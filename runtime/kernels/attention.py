@@ -187,7 +187,7 @@ def _matmul(xp, a, b, dtype):
     """a @ b in T1. float32 goes through gemm.product, the BLAS the session's other products use
     (MKL where installed), so no second library's workers spin beside them; numpy promotes
     bfloat16 products to float32, so the result is cast back."""
-    if dtype == np.float32:
+    if dtype == np.float32 or (dtype == np.float16 and a.dtype == b.dtype == np.float16):
         return gemm.product(xp, a, b)
     return xp.matmul(a, b).astype(dtype, copy=False)
 

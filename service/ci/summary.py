@@ -143,9 +143,9 @@ def _timings(diff: dict[str, Any], alerts: list[dict[str, Any]], pending: bool) 
     if pending:
         return ["**Timings**: still being measured; this check is updated when they are.", ""]
     flagged = {(a["model"], a["engine"], a["level"]): a for a in alerts if a["kind"] == AlertKind.TIMING_REGRESSION}
-    rows = []
+    rows, paired = [], False
     for entry in diff["models"]:
-        timing = entry["median_ms"]
+        timing, decided = entry["median_ms"], entry.get("timing") or {}
         if timing.get("after") is None:
             continue
         alert = flagged.get((entry["model"], entry["engine"], entry["level"]))
@@ -157,15 +157,27 @@ def _timings(diff: dict[str, Any], alerts: list[dict[str, Any]], pending: bool) 
         band = (f"{timing['p10']:.3f}–{timing['p90']:.3f}" if timing.get("p10") is not None
                 and timing.get("p90") is not None else "-")
         before = "-" if timing.get("before") is None else f"{timing['before']:.3f}"
-        change = "" if timing.get("change_pct") is None else f"{timing['change_pct']:+.1f}%"
+        after, change = f"{timing['after']:.3f}", _signed_pct(timing.get("change_pct"))
+        if decided.get("basis") == "paired":
+            # The two jobs' medians ran at other moments of a shared machine; what was decided on is
+            # the two models timed alternately in one job, so that change is the one shown.
+            paired, before, after = True, f"{before}*", f"{after}*"
+            change = f"{_signed_pct(decided.get('change_pct'))} (paired)"
+            verdict = f"{verdict}: {decided.get('statistic') or decided.get('word', '')}"
         rows.append(f"| {_cell(entry['model'])} | {entry['engine']} | {entry['level']} | {before} | "
-                    f"{timing['after']:.3f} | {change} | {band} | {verdict} |")
+                    f"{after} | {change} | {band} | {_cell(verdict)} |")
     if not rows:
         return []
+    footnote = (["\\* each job's own median, measured at other moments: context only; the change beside it is the "
+                 "paired one, from both models timed alternately in one job", ""] if paired else [])
     return ["**Timings** (median Execute ms; noise band: the 10th–90th percentile of this job's runs; the server "
             "decides against the series' own job-to-job noise)", "",
             "| model | engine | level | baseline | this commit | change | noise band | verdict |",
-            "|---|---|---|---|---|---|---|---|", *rows, ""]
+            "|---|---|---|---|---|---|---|---|", *rows, "", *footnote]
+
+
+def _signed_pct(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f}%"
 
 
 def _title(verdict: str, lost: list, gained: list, timing_alerts: list, failed: list, jobs: int,

@@ -174,3 +174,14 @@ def test_the_fusion_verdict_first_completes_the_check_run_then_the_timings_updat
         assert "ai.onnx.contrib.Passthrough" in check["output"]["summary"]
         assert [r.method for r in forge.requests if "/check-runs" in r.path] == ["POST", "PATCH"]
     assert forge.problems == []
+
+
+def test_a_paired_timing_row_shows_the_paired_change_and_marks_the_medians_as_context():
+    run, diff = run_and_diff(lost=False)
+    diff["models"][0]["median_ms"] = {"before": 6.236, "after": 4.383, "change_pct": -29.7, "p10": 4.3, "p90": 4.5}
+    diff["models"][0]["timing"] = {"word": "within noise", "basis": "paired", "change_pct": -2.4,
+                                   "statistic": "candidate / baseline 0.976 [0.950, 1.010] over 8 pairs"}
+    summary = summarize("bert-exports", run, diff, LINKS).markdown
+    assert ("| 6.236* | 4.383* | -2.4% (paired) | 4.300–4.500 | no timing alert: candidate / baseline 0.976 "
+            "[0.950, 1.010] over 8 pairs |") in summary
+    assert "-29.7" not in summary and "\\* each job's own median, measured at other moments" in summary

@@ -33,6 +33,30 @@ def test_gemm_matches_onnxruntime(trans_a, trans_b):
     )
 
 
+@pytest.mark.parametrize("shapes", [((2, 3, 16, 64), (64, 48)), ((2, 3, 16, 64), (2, 3, 64, 16)), ((64,), (64, 8)),
+                                    ((64,), (64,))], ids=["weight", "batched", "vector", "dot"])
+def test_float16_matmul_is_the_product_rounded_once(shapes):
+    # The exact product rounded to float16 is the best any float16 MatMul can give; summing in
+    # float32 in another order may land one unit in the last place away, never more.
+    rng = np.random.default_rng(16)
+    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in shapes)
+    (got,) = run_kernel(one_node_model("MatMul", [a, b], 13), [a, b])
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert np.asarray(got).dtype == np.float16 and np.shape(got) == exact.shape
+    ulps = np.abs(np.asarray(got, np.float64) - exact) / np.spacing(np.abs(exact.astype(np.float16)))
+    assert ulps.max() <= 1.0
+    assert_same_as_onnxruntime("MatMul", [a, b], opset=13, rtol=2e-3, atol=2e-3)
+
+
+def test_float16_gemm_is_the_product_rounded_once():
+    rng = np.random.default_rng(17)
+    a, b, c = (rng.standard_normal(shape).astype(np.float16) for shape in ((8, 64), (32, 64), (32,)))
+    (got,) = run_kernel(one_node_model("Gemm", [a, b, c], 13, transB=1), [a, b, c])
+    exact = (a.astype(np.float64) @ b.astype(np.float64).T).astype(np.float16).astype(np.float64) + c
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=2e-3, atol=2e-3)
+
+
 def test_gemm_without_c_matches_onnxruntime():
     assert_same_as_onnxruntime("Gemm", [_normal(3, 4), _normal(4, 2), None], opset=13, alpha=3.0)
 

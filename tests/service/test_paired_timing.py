@@ -130,7 +130,11 @@ def test_posted_paired_samples_are_decided_by_the_server_and_stored(client):
     # The commit page leads with the detector's word; each job's own median follows, said to be context.
     page = client.get(f"/projects/engine/commits/{c}").text
     assert "regressed</span> <small>candidate / baseline" in page
-    assert "each job's own median" in page and "the verdict is on the blocks timed side by side" in page
+    assert "+12.0% on the blocks timed side by side" in page
+    assert "each job's own median" in page and "context, not what was decided on" in page
+    # The jobs' medians are shown as they are, with no change of their own beside the verdict's.
+    medians = page[page.index("each job's own median"):page.index("context, not what was decided on")]
+    assert "%" not in medians
 
 
 def test_paired_samples_of_unequal_length_are_refused_naming_the_field(client):
