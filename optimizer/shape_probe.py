@@ -254,8 +254,10 @@ def _use_stand_ins(proto: onnx.ModelProto) -> None:
     node is overwritten where it stands; the node list is rebuilt only where a swap changes the
     count, since rebuilding copies every node (most of this function's cost on a tiny GPT-2, whose
     LayerNormalizations become Identities)."""
+    # The op type alone rules out nearly every node, at one protobuf access each (~0.5 ms a run
+    # on the tiny GPT-2's 527 nodes, against reading the domain and building a key for each).
     swaps = [(index, stand_ins) for index, node in enumerate(proto.graph.node)
-             if (stand_ins := _stand_ins(node, proto)) is not None]
+             if node.op_type in _STAND_IN_OP_TYPES and (stand_ins := _stand_ins(node, proto)) is not None]
     if all(len(stand_ins) == 1 for _, stand_ins in swaps):
         for index, (stand_in,) in swaps:
             proto.graph.node[index].CopyFrom(stand_in)
@@ -264,6 +266,11 @@ def _use_stand_ins(proto: onnx.ModelProto) -> None:
     nodes = [new for index, node in enumerate(proto.graph.node) for new in swapped.get(index, [node])]
     del proto.graph.node[:]
     proto.graph.node.extend(nodes)
+
+
+_STAND_IN_OP_TYPES = frozenset(
+    {op_type for _, op_type in SAME_SHAPE_OPS} | {"EmbedLayerNormalization", "Attention", "FusedGemm", "FusedMatMul"}
+)
 
 
 def _stand_ins(node: onnx.NodeProto, proto: onnx.ModelProto) -> list[onnx.NodeProto] | None:

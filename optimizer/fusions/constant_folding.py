@@ -118,13 +118,16 @@ def lift_constant(graph: ir.Graph, node: ir.Node, lifted: list[ir.Node]) -> bool
     dtype = CONSTANT_ATTRIBUTES[attribute_name]
     if (attribute.type == ir.AttributeType.TENSOR) != (dtype is None):
         return False  # a malformed Constant
+    tensor_dtype = None
     try:
         if dtype is not None:
             array = np.array(attribute.value, dtype=dtype)
-        elif attribute.value.dtype == ir.DataType.STRING:
-            return False
         else:
-            array = attribute.value.numpy()
+            array, tensor_dtype = plain_tensor_array(attribute.value)
+            if array is None:
+                if attribute.value.dtype == ir.DataType.STRING:
+                    return False
+                array = attribute.value.numpy()
     except EVALUATION_ERRORS:
         return False  # the general path reports it as a near miss
     if array.size > MAX_FOLDED_ELEMENTS or (output.shape is not None and _too_big(output.shape)):
@@ -132,13 +135,38 @@ def lift_constant(graph: ir.Graph, node: ir.Node, lifted: list[ir.Node]) -> bool
     if output.uses():
         # One shape for both: the tensor freezes it, and nothing changes a value's shape in place.
         shape = ir.Shape(array.shape)
-        tensor = ir.Tensor(np.asarray(array, order="C"), name=name, shape=shape)
+        # The dtype, where known, spares ir.Tensor its lookup from the array's (~2.5 µs a Constant).
+        tensor = ir.Tensor(np.asarray(array, order="C"), dtype=tensor_dtype, name=name, shape=shape)
         replacement = ir.Value(name=name, shape=shape, type=ir.TensorType(tensor.dtype), const_value=tensor)
         output.replace_all_uses_with(replacement)
         replacement.meta[FOLDED_META_KEY] = True
         graph.register_initializer(replacement)
     lifted.append(node)
     return True
+
+
+# Data types whose raw bytes numpy reads as they are (little-endian), with no unpacking or
+# reinterpretation: what `TensorProtoTensor.numpy()` does for them, without its checks and
+# property calls (~8 -> ~4 µs a Constant on the tiny GPT-2's 206).
+_PLAIN_RAW_DTYPES = {
+    dtype.value: (dtype, np.dtype(dtype.numpy()).newbyteorder("<"))
+    for dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT64, ir.DataType.INT32,
+                  ir.DataType.INT16, ir.DataType.INT8, ir.DataType.UINT64, ir.DataType.UINT32, ir.DataType.UINT16,
+                  ir.DataType.UINT8, ir.DataType.BOOL)
+}
+
+
+def plain_tensor_array(tensor) -> tuple[np.ndarray | None, ir.DataType | None]:
+    """A loaded Constant's array and dtype read straight off its raw bytes, as `.numpy()` reads
+    them; (None, None) for anything else (other tensor kinds, typed fields, external data, other
+    dtypes), which `.numpy()` decodes."""
+    if type(tensor) is not ir.TensorProtoTensor:
+        return None, None
+    proto = tensor.raw
+    plain = _PLAIN_RAW_DTYPES.get(proto.data_type)
+    if plain is None or proto.data_location or not proto.HasField("raw_data"):
+        return None, None
+    return np.frombuffer(proto.raw_data, dtype=plain[1]).reshape(proto.dims), plain[0]
 
 
 def _fold(node: ir.Node, graph_opset: int, near_misses: list[tuple[ir.Node, Fail]]) -> list[np.ndarray] | None:

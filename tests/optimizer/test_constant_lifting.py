@@ -142,3 +142,20 @@ def test_exported_fixtures_give_the_general_paths_model(monkeypatch, name):
     constants = sum(node.op_type == "Constant" for node in model.graph.node)
     assert constants > 20
     _assert_same_both_ways(model, monkeypatch, lifted=constants)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64, np.int32, np.int16, np.int8,
+                                   np.uint64, np.uint32, np.uint16, np.uint8, np.bool_])
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3)])
+def test_raw_bytes_read_as_onnx_ir_reads_them(dtype, shape):
+    array = (np.arange(int(np.prod(shape))) % 5).astype(dtype).reshape(shape)
+    tensor = ir.serde.TensorProtoTensor(numpy_helper.from_array(array))
+    read, read_dtype = constant_folding.plain_tensor_array(tensor)
+    expected = tensor.numpy()
+    assert read is not None and read_dtype == tensor.dtype
+    assert read.dtype == expected.dtype and read.shape == expected.shape and read.tobytes() == expected.tobytes()
+
+
+def test_typed_fields_are_left_to_onnx_ir():
+    proto = helper.make_tensor("c", TensorProto.INT64, [2], [4, 5])  # int64_data, not raw bytes
+    assert constant_folding.plain_tensor_array(ir.serde.TensorProtoTensor(proto)) == (None, None)

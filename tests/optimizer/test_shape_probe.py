@@ -9,7 +9,13 @@ from onnx import TensorProto, helper, numpy_helper
 from optimizer.match import MS
 from optimizer.model_io import load_model
 from optimizer.shape_inference import infer_shapes
-from optimizer.shape_probe import constant_dims, evaluated_dims, evaluated_shapes, pinned_shapes
+from optimizer.shape_probe import (
+    SAME_SHAPE_OPS,
+    constant_dims,
+    evaluated_dims,
+    evaluated_shapes,
+    pinned_shapes,
+)
 
 
 def _graph(nodes, initializers, x_shape):
@@ -99,3 +105,20 @@ def test_pinned_shapes_go_on_through_onnxruntime_ops_swapped_one_for_one_or_for_
     for name in ["ln", "y"] + (["skip", "sum"] if with_skip else []):
         assert (first[name], second[name]) == ((2, 3, 8), (5, 7, 8)), name
     assert [node.op_type for node in model.graph] == [node.op_type for node in nodes]  # only the copy changed
+
+
+@pytest.mark.parametrize("domain, op_type", sorted(SAME_SHAPE_OPS))
+def test_every_same_shape_op_is_swapped_in_the_pinned_copy(domain, op_type):
+    # the swap is looked up by op type first: a same-shape op missing from that lookup would stop
+    # inference at it, and everything after it would have no pinned shape
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node(op_type, ["x", "g", "b"], ["out"], domain=domain),
+             helper.make_node("Relu", ["out"], ["y"])]
+    graph = helper.make_graph(nodes, "same_shape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), name) for name in "gb"])
+    model = load_model(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(MS, 1)]))
+    y = next(v for node in model.graph for v in node.outputs if v.name == "y")
+    first, second = pinned_shapes(model.graph, y)
+    assert (first["y"], second["y"]) == ((2, 3, 8), (5, 7, 8))
