@@ -37,6 +37,17 @@ MatMul block 4-fold and a dropped bias fails BERT-base 8- to 19-fold. A bias 3% 
 A tensor computed from narrower ones (float32 logits cast up at the end of a float16 model, an
 RMSNorm's float32 variance) is compared at the narrowest type its value passed through
 (service/adapters/engines/precision.py): the ulp of difference upstream is still in it.
+
+Quantized activations are such a narrow type too. A model quantized as users quantize for the CPU
+(onnxruntime.quantization's quantize_dynamic, QDQ exports) rounds each activation to one of 256 levels
+across its range (DynamicQuantizeLinear, QuantizeLinear): where two engines' float inputs differ in the
+last bit, an element on a rounding boundary lands one level apart, one step of range/255, and the
+MatMulInteger after it multiplies that step into every output it feeds. So a tensor computed from
+b-bit quantized values takes u = 2^-b of its largest magnitude, as a b-bit float does (8 bits: 2^-8,
+bfloat16's), its integer tensors included (compared as numbers, not exactly). Measured on a
+quantize_dynamic BERT: onnxruntime against our engine were 38 times float32's bound apart, and
+onnxruntime's own fused graph (DynamicQuantizeMatMul) against its unfused one 1.25 times
+(docs/numerics.md, "Quantized models").
 """
 
 from __future__ import annotations
@@ -51,6 +62,11 @@ SIGNIFICAND_BITS = {
     "float16": 11, "bfloat16": 8,
     "float8_e4m3fn": 4, "float8_e4m3fnuz": 4, "float8_e4m3b11fnuz": 4, "float8_e5m2": 3, "float8_e5m2fnuz": 3,
 }  # fmt: skip
+# Integer types that hold quantized values, by their bits; an activation quantized to one carries a
+# narrow precision on ("uint8 quantized"), its integer tensors and the floats dequantized from them.
+QUANTIZED_BITS = {"int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
+QUANTIZED = " quantized"
+PRECISION_BITS = {**SIGNIFICAND_BITS, **{f"{name}{QUANTIZED}": bits for name, bits in QUANTIZED_BITS.items()}}
 # At or above this the project's rtol/atol apply (float32, float64): they were chosen for float32.
 WIDE_BITS = 24
 # Per square root of a tensor's reduction depth.
@@ -62,14 +78,24 @@ def is_float(dtype: str) -> bool:
     return dtype in SIGNIFICAND_BITS
 
 
+def is_quantized(precision: str | None) -> bool:
+    return precision is not None and precision.endswith(QUANTIZED)
+
+
+def quantized(integer_type: str) -> str:
+    """The precision an activation quantized to `integer_type` carries ("uint8 quantized")."""
+    return f"{integer_type if integer_type in QUANTIZED_BITS else 'uint8'}{QUANTIZED}"
+
+
 def unit_roundoff(dtype: str) -> float:
-    return 2.0 ** -SIGNIFICAND_BITS[dtype]
+    return 2.0 ** -PRECISION_BITS[dtype]
 
 
 def narrowest(*dtypes: str | None) -> str | None:
-    """The floating type of fewest significand bits among `dtypes` (non-floats and None ignored)."""
-    floats = [d for d in dtypes if d is not None and is_float(d)]
-    return min(floats, key=SIGNIFICAND_BITS.__getitem__, default=None)
+    """The precision of fewest bits among `dtypes`, floating types and quantized activations (anything
+    else and None ignored)."""
+    known = [d for d in dtypes if d is not None and d in PRECISION_BITS]
+    return min(known, key=PRECISION_BITS.__getitem__, default=None)
 
 
 @dataclass(frozen=True)
@@ -104,11 +130,11 @@ class Tolerances:
     atol_roundoffs: float = ATOL_ROUNDOFFS
 
     def for_dtype(self, dtype: str, depth: int = 1) -> Tolerance | None:
-        """None: not a floating type, compared exactly. `depth`: reductions on the longest path to the
+        """None: neither a floating type nor a quantized precision, compared exactly. `depth`: reductions on the longest path to the
         tensor, which widens a narrow type's bound by its square root (float32 keeps rtol/atol)."""
-        if not is_float(dtype):
+        if dtype not in PRECISION_BITS:
             return None
-        if SIGNIFICAND_BITS[dtype] >= WIDE_BITS:
+        if PRECISION_BITS[dtype] >= WIDE_BITS:
             return Tolerance(dtype, self.rtol, self.atol)
         depth = max(1, depth)
         u = unit_roundoff(dtype) * math.sqrt(depth)

@@ -92,3 +92,14 @@ def test_matmul_integer_per_row_a_zero_point_subtracts_row_by_row():
     expected = (a.astype(np.int64) - a_zero.astype(np.int64)[:, None]) @ b.astype(np.int64)
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, expected)
+
+
+def test_matmul_integer_is_exact_at_the_extremes_of_its_types():
+    # Accumulated in float64 on BLAS: exact while the sums stay under 2**53, far past any K here.
+    a = np.full((3, 4096), 255, np.uint8)
+    b = np.full((4096, 2), -128, np.int8)
+    a_zero, b_zero = np.array(0, np.uint8), np.array(127, np.int8)
+    (y,) = run_kernel(one_node_model("MatMulInteger", [a, b, a_zero, b_zero], 10), [a, b, a_zero, b_zero])
+    expected = a.astype(np.int64) @ (b.astype(np.int64) - 127)
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, expected)

@@ -255,7 +255,9 @@ def tensor_error(surviving: Surviving, want: Any, got: Any, tolerances: TensorTo
         row.max_abs = row.max_rel = float("inf")
         row.diverges = True
         return row
-    if not is_float(want.dtype.name) or not is_float(got.dtype.name):
+    floats = is_float(want.dtype.name) and is_float(got.dtype.name)
+    tolerance = tolerances.of(surviving.tensor, _narrower(want.dtype, got.dtype).name)
+    if not floats and (tolerance is None or want.dtype != got.dtype):  # quantized integers: as numbers
         if want.dtype != got.dtype or not np.array_equal(want, got):
             row.problem = f"{got.dtype} values differ from the unfused {want.dtype} ones"
             row.max_abs = row.max_rel = float("inf")
@@ -271,8 +273,7 @@ def tensor_error(surviving: Surviving, want: Any, got: Any, tolerances: TensorTo
         diff = np.abs(got64[both_finite] - want64[both_finite])
         row.max_abs = float(diff.max())
         row.max_rel = float((diff / np.maximum(np.abs(want64[both_finite]), 1e-12)).max())
-    tolerance = tolerances.of(surviving.tensor, _narrower(want.dtype, got.dtype).name)
-    assert tolerance is not None  # both are floating types
+    assert tolerance is not None  # both are floating types, or the same quantized integer type
     scale = _scale(want64, want.dtype) if tolerance.scaled else None
     close = np.isclose(got64, want64, rtol=tolerance.rtol, atol=tolerance.bound(scale or 0.0), equal_nan=True)
     own = _narrower(want.dtype, got.dtype).name
@@ -294,7 +295,7 @@ def _scale(want64: np.ndarray, dtype: np.dtype) -> float:
     tensor of zeros is then held to a few subnormals, not to nothing)."""
     finite = np.abs(want64[np.isfinite(want64)])
     largest = float(finite.max()) if finite.size else 0.0
-    return max(largest, float(ml_dtypes.finfo(dtype).tiny))
+    return max(largest, float(ml_dtypes.finfo(dtype).tiny) if is_float(dtype.name) else 1.0)
 
 
 def attribute(

@@ -9,6 +9,10 @@ Walked over the unfused graph in order: a node's outputs get the narrowest of it
 types its inputs and outputs declare, a Cast's target and, for a node with subgraphs (If, Loop, Scan),
 everything its subgraphs read or declare. Integer and boolean outputs get no entry and pass nothing on:
 a Shape or an ArgMax is exact whatever the precision it was taken from, and is compared exactly.
+Except quantized data: a quantizer's output (QuantizeLinear, DynamicQuantizeLinear, and the fused ops
+that quantize their float input inside: QUANTIZING_OPS) carries "<type> quantized" on, through the
+integer tensors of types that hold quantized values or their sums (int8 ... int32: MatMulInteger's
+accumulator) and the floats dequantized from them (service/domain/tolerances.py says why).
 
 The depth of a tensor is the number of reductions (a MatMul, a normalization, a Softmax, ...; REDUCTIONS)
 on the longest path from the graph's inputs and weights to it. Two correct engines differ where they sum
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
-from service.domain.tolerances import Tolerance, Tolerances, is_float, narrowest
+from service.domain.tolerances import Tolerance, Tolerances, is_float, is_quantized, narrowest, quantized
 
 
 @dataclass(frozen=True)
@@ -40,9 +44,10 @@ class TensorTolerances:
 
     def of(self, name: str, dtype: str) -> Tolerance | None:
         """The tolerance of tensor `name` whose values are of numpy type `dtype`; None: compared exactly."""
-        if not is_float(dtype):
-            return None
-        return self.tolerances.for_dtype(narrowest(dtype, self.narrowest.get(name)) or dtype, self.depths.get(name, 1))
+        entry = self.narrowest.get(name)
+        if not is_float(dtype):  # integers: exact, unless they hold quantized values
+            return self.tolerances.for_dtype(entry, self.depths.get(name, 1)) if is_quantized(entry) else None
+        return self.tolerances.for_dtype(narrowest(dtype, entry) or dtype, self.depths.get(name, 1))
 
     @classmethod
     def of_graph(cls, tolerances: Tolerances, graph: ir.Graph) -> TensorTolerances:
@@ -57,14 +62,39 @@ def narrowest_floats(graph: ir.Graph) -> dict[str, str]:
         if (dtype := _declared(value)) is not None:
             found[value.name] = dtype
     for node in graph:
-        reads = narrowest(*(_entry(found, value) for value in node.inputs), *_subgraph_types(node, found))
+        reads = narrowest(*(_entry(found, value) for value in node.inputs), *_subgraph_types(node, found),
+                          _quantizes(node))
         for value in node.outputs:
             declared = _declared(value) or _produced_type(node)
             if value.dtype is not None and not is_float(_name(value.dtype)):
-                continue  # exact: compared as integers, and it carries no rounding on
+                if is_quantized(reads) and _name(value.dtype) in QUANTIZED_DATA:
+                    found[value.name] = reads
+                continue  # otherwise exact: compared as integers, and it carries no rounding on
             if (dtype := narrowest(reads, declared)) is not None:
                 found[value.name] = dtype
     return found
+
+
+# Ops that round a float input to a quantized integer one, by op type in any domain; the fused ones
+# (onnxruntime's DynamicQuantizeMatMul, QAttention) quantize their activation to uint8 inside.
+QUANTIZING_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM",
+                            "QAttention"})
+# Integer types of quantized values and of their sums; int64 is an index, a shape or a count: exact.
+QUANTIZED_DATA = frozenset({"int4", "uint4", "int8", "uint8", "int16", "uint16", "int32"})
+# MatMulNBits quantizes its activation to int8 at accuracy_level 4 (its weights are 4-bit either way,
+# identical in both engines, so only that rounding sets a tolerance).
+INT8_ACTIVATION_ACCURACY = 4
+
+
+def _quantizes(node: ir.Node) -> str | None:
+    """The precision a node that quantizes its float input gives its outputs, else None."""
+    if node.op_type == "MatMulNBits":
+        level = node.attributes.get("accuracy_level")
+        return quantized("int8") if level is not None and level.value == INT8_ACTIVATION_ACCURACY else None
+    if node.op_type not in QUANTIZING_OPS:
+        return None
+    integers = [_name(v.dtype) for v in node.outputs[:1] if v.dtype is not None]
+    return quantized(integers[0] if integers else "uint8")
 
 
 # Reductions each op stands for, by op type in any domain: a fused op counts what it fused (Attention:
@@ -79,10 +109,12 @@ REDUCTIONS = {
         "LpNormalization", "MeanVarianceNormalization", "RMSNormalization", "SimplifiedLayerNormalization",
         "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization",
         "FusedMatMul", "FusedGemm", "FusedConv", "NhwcConv", "MatMulNBits", "GemmFastGelu", "BiasSoftmax",
+        "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "QGemm", "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul", "QLinearSoftmax", "QLinearGlobalAveragePool", "QLinearAveragePool",
     ), 1),
     **dict.fromkeys(("MultiHeadAttention", "GroupQueryAttention", "PackedMultiHeadAttention", "SparseAttention",
                      "DecoderMaskedMultiHeadAttention"), 3),
-    **dict.fromkeys(("Attention", "PackedAttention"), 4),  # com.microsoft's, with the QKV projection
+    **dict.fromkeys(("Attention", "PackedAttention", "QAttention"), 4),  # com.microsoft's, with the QKV projection
 }  # fmt: skip
 
 
