@@ -297,3 +297,35 @@ def ancestor(value: ir.Value, wanted, limit: int = 64) -> ir.Node | None:
 def custom_ancestor(value: ir.Value) -> ir.Node | None:
     """A custom op among the nodes computing `value`: where shapes and patterns stop."""
     return ancestor(value, is_custom)
+
+
+# Where a quantized model's products and lookups come from: the integer op itself, or the
+# DequantizeLinear that turns an integer table or QDQ tensor back into floats; failing those, the
+# quantizer of the activation (its scale reaches the product's dequantizing Mul).
+QUANTIZED_PRODUCTS = frozenset({"MatMulInteger", "QLinearMatMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+                                "ConvInteger", "QLinearConv", "QGemm", "DequantizeLinear"})
+QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear"})
+# A dequantized product reaches the float graph through its Cast, scale Mul and bias Add.
+DEQUANTIZE_STEPS = 6
+
+
+def quantized_note(node: ir.Node | None) -> str:
+    """" (quantized: …)" where `node` is, or is a few steps after, a quantized product or a dequantized
+    tensor, else "": a near miss on a model quantize_dynamic or a QDQ export rewrote names the
+    quantization, not the node found, as what the fusion does not read."""
+    nearest: dict[frozenset, ir.Node] = {}
+    frontier, seen = [node], set()
+    while frontier and len(seen) < DEQUANTIZE_STEPS:  # nearest first: the product, not a scale's source
+        current = frontier.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        for kind in (QUANTIZED_PRODUCTS, QUANTIZERS):
+            if current.op_type in kind:
+                nearest.setdefault(kind, current)
+        frontier.extend(producer(v) for v in current.inputs)
+    found = nearest.get(QUANTIZED_PRODUCTS) or nearest.get(QUANTIZERS)
+    if found is None:
+        return ""
+    return (f" (quantized: it comes from {describe(found)}; the fusions match float MatMul, Gemm and Gather, "
+            "not quantized ones)")

@@ -61,6 +61,7 @@ from optimizer.match import (
     is_const,
     is_op,
     producer,
+    quantized_note,
     rank,
     static_shape,
 )
@@ -328,7 +329,7 @@ def _trace_projection(value: ir.Value):
         node = producer(value)
     linear = _linear(node)
     if linear is None:
-        return f"is not MatMul+Add (or Gemm) on the block input (found {describe(node)})"
+        return f"is not MatMul+Add (or Gemm) on the block input (found {describe(node)}{quantized_note(node)})"
     x, weight, bias, linear_nodes, as_is = linear
     projection = Projection(x, weight, bias, linear_nodes, chain, picks, scale, scale_nodes)
     projection.initializers = as_is

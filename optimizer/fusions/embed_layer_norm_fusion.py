@@ -40,6 +40,7 @@ from optimizer.match import (
     is_op,
     op_key,
     producer,
+    quantized_note,
     rank,
     static_shape,
     through_noop_casts,
@@ -68,7 +69,8 @@ class EmbedLayerNormFusion(Rule):
             return fail("embedding", f"input of {describe(ln)} comes from {describe(ln_add)}, not a sum of embedding lookups", ln_add)
         tree = _embedding_tree(ln_add)
         if tree is None:  # an encoder LayerNorm, say
-            return fail("embedding", f"{describe(ln_add)} does not add two or three Gather lookups of embedding tables")
+            note = next((n for n in map(quantized_note, map(producer, ln_add.inputs)) if n), "")
+            return fail("embedding", f"{describe(ln_add)} does not add two or three Gather lookups of embedding tables{note}")
         adds, gathers, folded = tree
         # A mixed-precision LayerNorm (LayerNormFusion absorbs float16/float32 Casts) returns
         # gamma's type; EmbedLayerNormalization computes and returns float.

@@ -75,8 +75,15 @@ def explain(op: str, rule: str | None, result: Result, baseline: Result, files: 
     misses = [m for m in (result.near_misses or []) if m.get("rule") in rules]
     cause["near_misses"] = misses
     lines = readable(misses, rules)
+    ours_kept = _ours_still_fires(rule, result, baseline)
+    if ours_kept:
+        # Another engine's loss, where our own rule fired as often as at the baseline: our near misses
+        # are about other places (a FastGelu at the pooler's Tanh) and would read as this loss's why.
+        said.append(f"fusionwatch's own optimizer still fires {rule} here ({ours_kept}): {result.engine}'s "
+                    f"{rule} stopped where ours did not, so our near misses cannot say why.")
+        lines = []
     cause["near_miss_lines"] = lines
-    if misses:
+    if misses and not ours_kept:
         listed = [line for line in lines if not line[:1].isdigit() and not line.startswith("and ")][:NEAR_MISSES_IN_TEXT]
         more = len(misses) - len(listed)
         said.append("Near misses: " + "; ".join(listed) + (f"; and {more} more" if more > 0 else "") + ".")
@@ -86,6 +93,17 @@ def explain(op: str, rule: str | None, result: Result, baseline: Result, files: 
         said.append(f"Nothing found explains it; looked at {'; '.join(cause['looked_at'])}.")
     cause["text"] = " ".join(said)
     return cause, repros
+
+
+def _ours_still_fires(rule: str | None, result: Result, baseline: Result) -> str | None:
+    """"3 times, as at the baseline" where `result` is another engine's and our optimizer's view of the
+    same model and level (its `rules`, measured with it) fired `rule` no less than at the baseline."""
+    if not rule or result.engine == "fusionwatch" or rule not in (result.rules or {}):
+        return None
+    now, before = _fired(result, rule), _fired(baseline, rule)
+    if now == 0 or now < before:
+        return None
+    return f"{now} time{'s' if now != 1 else ''}, as at the baseline" if now == before else f"{before} → {now} times"
 
 
 def _fired(result: Result, rule: str) -> int:

@@ -157,3 +157,24 @@ def test_alerts_reach_slack_and_json_hooks_and_failed_deliveries_are_retried_and
         (1, 200, None), (1, 500, "HTTP 500"), (2, 500, "HTTP 500"), (3, 500, "HTTP 500")
     ]
     assert client.post("/api/v1/projects/engine/hooks", json={"url": "ftp://x"}).status_code == 422
+
+
+def test_another_engines_loss_where_our_rule_still_fires_says_so_instead_of_our_near_misses(client, project):
+    ours = {"BiasGeluFusion": {"fired": 2, "ms": 0.1}, "FastGeluFusion": {"fired": 0, "ms": 0.1}}
+    document = lambda sha, parents, fusions, misses: {  # noqa: E731
+        "project": "engine", "commit": {"sha": sha, "branch": "main", "parents": parents},
+        "results": [{"model": "bert.onnx", "engine": "onnxruntime", "engine_version": "1.32.0", "level": "extended",
+                     "fusions": fusions, "execute_ms": STEADY, "rules": ours, "near_misses": misses}]}
+    assert client.post("/api/v1/results", json=document("q1", [], FUSIONS, [])).status_code == 201
+    # onnxruntime lost BiasGelu; our optimizer, run on the same file and level, still fused it twice,
+    # and its only near miss is a FastGelu elsewhere that has nothing to do with it.
+    elsewhere = [{"rule": "FastGeluFusion", "anchor": "/pooler/Tanh", "step": "tanh",
+                  "reason": "input of Tanh comes from Add, not a Mul by √(2/π)"}]
+    reply = client.post("/api/v1/results", json=document("q2", ["q1"], {"com.microsoft.SkipLayerNormalization": 4}, elsewhere))
+    [alert] = reply.json()["alerts"]
+    assert alert["rule"] == "BiasGeluFusion"
+    assert alert["cause_text"] == ("fusionwatch's own optimizer still fires BiasGeluFusion here (2 times, as at the "
+                                   "baseline): onnxruntime's BiasGeluFusion stopped where ours did not, so our near "
+                                   "misses cannot say why.")
+    assert alert["cause"]["near_miss_lines"] == []
+    assert [m["anchor"] for m in alert["cause"]["near_misses"]] == ["/pooler/Tanh"]  # kept as evidence
