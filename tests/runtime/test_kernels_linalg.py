@@ -103,3 +103,25 @@ def test_matmul_integer_is_exact_at_the_extremes_of_its_types():
     expected = a.astype(np.int64) @ (b.astype(np.int64) - 127)
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, expected)
+
+
+def test_matmul_integer_shifts_a_constant_weight_once_with_the_same_result():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from runtime import InferenceSession
+
+    rng = np.random.default_rng(9)
+    b = rng.integers(-128, 128, (8, 5)).astype(np.int8)
+    b_zero = rng.integers(-3, 3, (5,)).astype(np.int8)  # per column
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "", "b_zero"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [3, 5])],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(b_zero, "b_zero")])
+    session = InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    [kernel] = [step.kernel for step in session.plan.steps]
+    assert kernel.shifted_b is not None  # bound at plan time
+    for _ in range(2):  # the kept operand is read, never written
+        a = rng.integers(0, 256, (3, 8)).astype(np.uint8)
+        (y,) = session.run(None, {"a": a})
+        np.testing.assert_array_equal(y, a.astype(np.int64) @ (b.astype(np.int64) - b_zero.astype(np.int64)))
