@@ -6,8 +6,9 @@ both count, and a model re-exported at another opset keeps its counts. Which rul
 separate record (the report's `rules`) that explains a count and never alarms.
 
 Products of fusion are every op a rule of ours emits outside ONNX's own domain (com.microsoft's
-BiasGelu, SkipLayerNormalization, Attention, FusedConv, ...), and the ONNX ops that exist to run
-several ops' work as one (ONNX_FUSED_OPS). ONNX ops a rule merely rewrites (ConvBNFusion's Conv,
+BiasGelu, SkipLayerNormalization, Attention, FusedConv, ...), the ONNX ops that exist to run
+several ops' work as one (ONNX_FUSED_OPS), and onnxruntime's quantization fusions, which no rule of
+ours makes (ONNXRUNTIME_QUANTIZED_FUSIONS). ONNX ops a rule merely rewrites (ConvBNFusion's Conv,
 ReshapeFusion's Reshape, FuseReluClip's Clip) are ordinary ops and do not count.
 """
 
@@ -30,11 +31,27 @@ ONNX_FUSED_OPS: tuple[str, ...] = (
 )
 
 
+# What onnxruntime fuses a quantized model into, by the rule that does it. A model quantized for the CPU
+# (quantize_dynamic: DynamicQuantizeLinear → MatMulInteger → Cast → Mul per product; QDQ exports) runs
+# on these at `extended`, and a release that stops making them slows every int8 model: without them
+# counted, fusionwatch saw none of it (a quantize_dynamic BERT: DynamicQuantizeMatMul 10 and
+# MatMulIntegerToFloat 9 in onnxruntime's graph, no count). Our optimizer does not make them.
+ONNXRUNTIME_QUANTIZED_FUSIONS: dict[str, str] = {
+    "com.microsoft.DynamicQuantizeMatMul": "DynamicQuantizeMatMulFusion",
+    "com.microsoft.MatMulIntegerToFloat": "MatMulIntegerToFloatFusion",
+    **dict.fromkeys(("QLinearConv", "QLinearMatMul", "com.microsoft.QLinearAdd", "com.microsoft.QLinearMul",
+                     "com.microsoft.QLinearGlobalAveragePool", "com.microsoft.QLinearAveragePool",
+                     "com.microsoft.QLinearConcat", "com.microsoft.QLinearSigmoid", "com.microsoft.QLinearLeakyRelu",
+                     "com.microsoft.QLinearSoftmax", "com.microsoft.QLinearWhere", "com.microsoft.QGemm"),
+                    "QDQSelectorActionTransformer"),
+}
+
+
 @cache
 def fused_op_keys() -> frozenset[str]:
     """Op keys ("LayerNormalization", "com.microsoft.BiasGelu") that count as fused ops."""
     emitted = {key for rules in LEVELS.values() for rule in rules for key in rule.emits if "." in key}
-    return frozenset(emitted | set(ONNX_FUSED_OPS))
+    return frozenset(emitted | set(ONNX_FUSED_OPS) | set(ONNXRUNTIME_QUANTIZED_FUSIONS))
 
 
 def fused_op_counts(ops_after: Mapping[str, int]) -> dict[str, int]:

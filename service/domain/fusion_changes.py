@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import TypedDict
 
+from optimizer.fused_ops import ONNXRUNTIME_QUANTIZED_FUSIONS
 from optimizer.levels import OPT_IN_RULES, rules_for_level
 
 
@@ -28,11 +29,14 @@ class CountChange(TypedDict):
 
 @cache
 def rule_for_op() -> dict[str, str]:
-    """Fused op key → the rule that emits it ("com.microsoft.BiasGelu" → "BiasGeluFusion")."""
+    """Fused op key → the rule that emits it ("com.microsoft.BiasGelu" → "BiasGeluFusion"; onnxruntime's
+    quantization fusions by onnxruntime's names)."""
     names: dict[str, str] = {}
     for rule in rules_for_level("all"):
         for op in rule.emits:
             names.setdefault(op, rule.name)
+    for op, rule_name in ONNXRUNTIME_QUANTIZED_FUSIONS.items():
+        names.setdefault(op, rule_name)
     return names
 
 

@@ -86,3 +86,21 @@ def test_a_dropped_bias_after_the_last_quantization_fails(quantized_bert, tmp_pa
     assert not found.ok
     [failed] = found.failed_outputs
     assert failed.startswith("output 'pooler_output' (float32, computed from uint8 quantized, ")
+
+
+def test_onnxruntimes_quantization_fusions_are_counted_and_their_loss_names_the_rule(quantized_bert, tmp_path):
+    from service.domain.fusion_changes import count_changes
+
+    path = tmp_path / "bert_dynamic.onnx"
+    onnx.save(quantized_bert, path)
+    fused = run_engine("onnxruntime", path, "extended", runs=1, warmup=0, threads=1, sequence_length=16).fusions
+    assert fused["com.microsoft.DynamicQuantizeMatMul"] > 0 and fused["com.microsoft.MatMulIntegerToFloat"] > 0
+    # An onnxruntime whose DynamicQuantizeMatMulFusion stopped firing: the drop is a regression of that rule.
+    without = run_engine("onnxruntime", path, "extended", runs=1, warmup=0, threads=1, sequence_length=16,
+                         disabled=["DynamicQuantizeMatMulFusion"]).fusions
+    drops, _rises = count_changes(fused, without)
+    assert [(d["op"], d["rule"], d["after"]) for d in drops if d["op"].endswith("DynamicQuantizeMatMul")] == [
+        ("com.microsoft.DynamicQuantizeMatMul", "DynamicQuantizeMatMulFusion", 0)]
+    # Our optimizer makes none of them: our engine's counts have none to lose.
+    ours = run_engine("fusionwatch", path, "extended", runs=1, warmup=0, threads=1, sequence_length=16).fusions
+    assert not any("Quantize" in op or "IntegerToFloat" in op for op in ours)
