@@ -27,6 +27,7 @@ from optimizer.fusions.gemm_activation_fusion import GemmActivationFusion
 from optimizer.fusions.group_query_attention_fusion import GroupQueryAttentionFusion
 from optimizer.fusions.layer_norm_fusion import LayerNormFusion
 from optimizer.fusions.matmul_add_fusion import MatMulAddFusion
+from optimizer.fusions.matmul_integer_to_float_fusion import MatMulIntegerToFloatFusion
 from optimizer.fusions.matmul_scale_fusion import MatMulScaleFusion
 from optimizer.fusions.matmul_transpose_fusion import MatmulTransposeFusion
 from optimizer.fusions.nhwc_conv_layout import NhwcTransformer
@@ -85,6 +86,8 @@ EXTENDED: list[Rule] = BASIC_CLEANUPS + [
     EmbedLayerNormFusion(),
     SkipLayerNormFusion(),
     BiasGeluFusion(),
+    # A quantize_dynamic model's products (MatMulInteger -> Cast -> Mul by the scales -> Add bias).
+    MatMulIntegerToFloatFusion(),
     MatMulScaleFusion(),
     MatmulTransposeFusion(),
     # MatMul+Add -> Gemm runs after every fusion that anchors on such an Add (BiasGelu,

@@ -327,5 +327,5 @@ def quantized_note(node: ir.Node | None) -> str:
     found = nearest.get(QUANTIZED_PRODUCTS) or nearest.get(QUANTIZERS)
     if found is None:
         return ""
-    return (f" (quantized: it comes from {describe(found)}; the fusions match float MatMul, Gemm and Gather, "
-            "not quantized ones)")
+    source = "" if found is node else f": it comes from {describe(found)}"
+    return f" (quantized{source}; the fusions match float MatMul, Gemm and Gather, not quantized ones)"

@@ -20,7 +20,7 @@ from runtime.backends import numpy_backend
 from runtime.kernels import gemm
 from runtime.kernels.base import Kernel, UnsupportedOp
 from runtime.kernels.conv import Conv
-from runtime.kernels.linalg import Gemm
+from runtime.kernels.linalg import Gemm, MatMulInteger
 
 MS = "com.microsoft"
 
@@ -275,4 +275,25 @@ class FusedMatMul(Kernel):
         return (y,)
 
 
-KERNELS = [FusedConv, FusedGemm, FusedMatMul]
+class MatMulIntegerToFloat(MatMulInteger):
+    """onnxruntime's Y = (A - a_zero_point)(B - b_zero_point) * (a_scale * b_scale) + bias, float.
+
+    The integer product is MatMulInteger's (the constant weight shifted once), then the float cast,
+    the product of the scales, the scaling and the bias each as the unfused subgraph's kernels do them
+    (optimizer/fusions/matmul_integer_to_float_fusion.py), so the two agree bit for bit."""
+
+    domain = "com.microsoft"
+    op_type = "MatMulIntegerToFloat"
+    since_version = 1
+    b_zero_point_input = 5
+
+    def run(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None):
+        (accumulated,) = super().run(a, b, a_zero_point, b_zero_point)
+        y = accumulated.astype(np.float32)
+        y *= a_scale * b_scale  # float32 scales: the Mul of the scales, then the scaling Mul
+        if bias is not None:
+            y += bias
+        return (y,)
+
+
+KERNELS = [FusedConv, FusedGemm, FusedMatMul, MatMulIntegerToFloat]

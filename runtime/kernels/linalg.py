@@ -110,12 +110,15 @@ class MatMulInteger(Kernel):
     since_version = 10
 
     shifted_b: np.ndarray | None = None  # B less its zero point, in float64, where both are constant
+    b_zero_point_input = 3  # where B's zero point is among the node's inputs
 
     def bind_constants(self, constants):
         # A quantized model's weights are constant: shifting and widening them once, not every run,
         # halves the kernel's time on a tiny BERT's products.
-        b, b_zero_point = (list(constants) + [None] * 4)[1:4:2]
-        has_zero_point = len(self.node.inputs) > 3 and self.node.inputs[3] is not None
+        index = self.b_zero_point_input
+        b = constants[1] if len(constants) > 1 else None
+        b_zero_point = constants[index] if len(constants) > index else None
+        has_zero_point = len(self.node.inputs) > index and self.node.inputs[index] is not None
         if b is not None and (b_zero_point is not None or not has_zero_point):
             self.shifted_b = _shifted(b, b_zero_point)
 

@@ -77,6 +77,8 @@ NEGATIVES = {
     "MatMulScaleFusion": lambda: _single("MatMul", ["x", "w"], initializers=[numpy_helper.from_array(np.ones((16, 8), np.float32), "w")]),
     "MatmulTransposeFusion": lambda: _single("MatMul", ["x", "w"], initializers=[numpy_helper.from_array(np.ones((16, 8), np.float32), "w")]),
     "GemmActivationFusion": lambda: _gemm(),
+    "MatMulIntegerToFloatFusion": lambda: _single("MatMulInteger", ["a", "b"],
+                                                  input_types={"a": TensorProto.UINT8, "b": TensorProto.INT8}),
     "PadFusion": lambda: _single("Pad", ["x", "pads"], initializers=[_ints("pads", [0, 0, 1, 0, 0, 1])]),
     "TransposeOptimizer": lambda: _single("Transpose", ["x"], perm=[0, 2, 1]),
     "GatherSliceToSplitFusion": lambda: _single("Slice", ["x", "s", "e"],

@@ -25,7 +25,9 @@ def test_near_misses_name_the_quantized_product_and_lookup(quantized):
     report = optimize(quantized, level="extended").report
     assert "com.microsoft.Attention" not in report.fusions and "com.microsoft.EmbedLayerNormalization" not in report.fusions
     reasons = {m.rule: m.reason for m in report.near_misses}
-    assert "(quantized: it comes from MatMulInteger '" in reasons["AttentionFusion"]
+    # The product as MatMulIntegerToFloatFusion leaves it (fused from MatMulInteger, Cast, Mul, Add).
+    assert "(found com.microsoft.MatMulIntegerToFloat '" in reasons["AttentionFusion"]
+    assert "' (quantized; the fusions match float MatMul" in reasons["AttentionFusion"]
     assert "not quantized ones" in reasons["AttentionFusion"]
     assert "(quantized: it comes from DequantizeLinear '" in reasons["EmbedLayerNormFusion"]
 
