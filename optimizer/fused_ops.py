@@ -34,8 +34,8 @@ ONNX_FUSED_OPS: tuple[str, ...] = (
 # What onnxruntime fuses a quantized model into, by the rule that does it. A model quantized for the CPU
 # (quantize_dynamic: DynamicQuantizeLinear → MatMulInteger → Cast → Mul per product; QDQ exports) runs
 # on these at `extended`, and a release that stops making them slows every int8 model: without them
-# counted, fusionwatch saw none of it (a quantize_dynamic BERT: DynamicQuantizeMatMul 10 and
-# MatMulIntegerToFloat 9 in onnxruntime's graph, no count). Our optimizer makes none of these;
+# counted, fusionwatch saw none of it (bench's tiny BERT through quantize_dynamic: DynamicQuantizeMatMul 7
+# and MatMulIntegerToFloat 6 in onnxruntime's graph, no count; `python -m bench.quantized_models`). Our optimizer makes none of these;
 # MatMulIntegerToFloat, which our MatMulIntegerToFloatFusion makes, counts as every rule's product does.
 ONNXRUNTIME_QUANTIZED_FUSIONS: dict[str, str] = {
     "com.microsoft.DynamicQuantizeMatMul": "DynamicQuantizeMatMulFusion",

@@ -313,18 +313,19 @@ def quantized_note(node: ir.Node | None) -> str:
     """" (quantized: …)" where `node` is, or is a few steps after, a quantized product or a dequantized
     tensor, else "": a near miss on a model quantize_dynamic or a QDQ export rewrote names the
     quantization, not the node found, as what the fusion does not read."""
-    nearest: dict[frozenset, ir.Node] = {}
+    product = quantizer = None
     frontier, seen = [node], set()
     while frontier and len(seen) < DEQUANTIZE_STEPS:  # nearest first: the product, not a scale's source
         current = frontier.pop(0)
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        for kind in (QUANTIZED_PRODUCTS, QUANTIZERS):
-            if current.op_type in kind:
-                nearest.setdefault(kind, current)
+        if product is None and current.op_type in QUANTIZED_PRODUCTS:
+            product = current
+        elif quantizer is None and current.op_type in QUANTIZERS:
+            quantizer = current
         frontier.extend(producer(v) for v in current.inputs)
-    found = nearest.get(QUANTIZED_PRODUCTS) or nearest.get(QUANTIZERS)
+    found = product or quantizer
     if found is None:
         return ""
     source = "" if found is node else f": it comes from {describe(found)}"

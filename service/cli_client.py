@@ -39,6 +39,7 @@ from rich.table import Table
 from service.ci.report import CiStep, ci_step
 from service.console import stdout_console
 from service.domain.op_names import short_names
+from service.domain.verdict_words import signed_pct
 from service.domain.vocabulary import AlertKind
 
 API = "/api/v1"
@@ -246,9 +247,9 @@ def print_diff(console: Console, diff: dict[str, Any]) -> None:
             fused = "\n".join(_count_change(names[op], c["before"], c["after"]) for op, c in entry["fusions"].items())
             timings = f"{_ms(timing['before'])} → {_ms(timing['after'])}"
         if decided.get("basis") == "paired":
-            paired, change, timings = True, _pct(decided.get("change_pct")), f"[dim]{timings}*[/dim]"
+            paired, change, timings = True, signed_pct(decided.get("change_pct")), f"[dim]{timings}*[/dim]"
         else:  # the window's verdict and these medians come from the same jobs
-            change = _pct(timing["change_pct"])
+            change = signed_pct(timing["change_pct"])
         table.add_row(escape(entry["model"]), entry["engine"], entry["level"], escape((baseline or "none")[:12]), fused or "-",
                       _verdict(entry.get("timing")), change, timings)
     console.print(table, highlight=False)
@@ -330,10 +331,6 @@ def median(samples: list[float]) -> float | None:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
-
-
-def _pct(value: float | None) -> str:
-    return "" if value is None else f"{value:+.1f}%"
 
 
 def progress(console: Console) -> Progress:

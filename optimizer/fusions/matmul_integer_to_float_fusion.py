@@ -3,8 +3,8 @@
 
 What onnxruntime.quantization.quantize_dynamic writes for every MatMul it quantizes: the integer
 product of the quantized activation and weight, cast to float, times the product of their scales,
-plus the float bias. ONNX Runtime fuses it at `extended` (its MatMulIntegerToFloatFusion; a
-quantize_dynamic BERT runs 9 of them there), into one op computing
+plus the float bias. ONNX Runtime fuses it at `extended` (its MatMulIntegerToFloatFusion, where its
+DynamicQuantizeMatMulFusion did not take the product first), into one op computing
 
     Y = (A - a_zero_point) (B - b_zero_point) * (a_scale * b_scale) + bias.
 

@@ -113,14 +113,14 @@ class MatMulInteger(Kernel):
     b_zero_point_input = 3  # where B's zero point is among the node's inputs
 
     def bind_constants(self, constants):
-        # A quantized model's weights are constant: shifting and widening them once, not every run,
-        # halves the kernel's time on a tiny BERT's products.
+        # A quantized model's weights are constant: shifted and widened once here, not on every run
+        # (a K x N conversion per call beside an M x K x N product that is small at short sequences).
         index = self.b_zero_point_input
         b = constants[1] if len(constants) > 1 else None
         b_zero_point = constants[index] if len(constants) > index else None
         has_zero_point = len(self.node.inputs) > index and self.node.inputs[index] is not None
         if b is not None and (b_zero_point is not None or not has_zero_point):
-            self.shifted_b = _shifted(b, b_zero_point)
+            self.shifted_b = shifted_float64(b, b_zero_point)
 
     def run(self, a, b, a_zero_point=None, b_zero_point=None):
         # Accumulated in float64 on BLAS, where numpy's int32 matmul is a plain loop (a quantized
@@ -130,13 +130,14 @@ class MatMulInteger(Kernel):
         if a_zero_point is not None:
             zero = a_zero_point.astype(np.float64)
             a64 -= zero.reshape(-1, 1) if zero.ndim == 1 and a.ndim >= 2 else zero
-        b64 = self.shifted_b if self.shifted_b is not None else _shifted(b, b_zero_point)
+        b64 = self.shifted_b if self.shifted_b is not None else shifted_float64(b, b_zero_point)
         return (self.xp.matmul(a64, b64).astype(np.int64).astype(np.int32),)
 
 
-def _shifted(b: np.ndarray, zero_point: np.ndarray | None) -> np.ndarray:
-    """b less its (per-tensor or per-column) zero point, in float64."""
-    shifted = b.astype(np.float64)
+def shifted_float64(values: np.ndarray, zero_point: np.ndarray | None) -> np.ndarray:
+    """Integer values less their zero point (broadcasting as given), in float64: exact for 8- and
+    16-bit operands, and what the quantized products accumulate on BLAS."""
+    shifted = values.astype(np.float64)
     if zero_point is not None:
         shifted -= zero_point.astype(np.float64)
     return shifted

@@ -23,6 +23,7 @@ import onnx_ir as ir
 from runtime.backends import numpy_backend
 from runtime.kernels.base import Kernel, UnsupportedOp
 from runtime.kernels.conv import Conv
+from runtime.kernels.linalg import shifted_float64
 
 _INTEGER_TARGETS = {
     np.dtype(t)
@@ -186,7 +187,7 @@ class DynamicQuantizeLinear(Kernel):
 
     def run(self, x):
         xp = self.xp
-        high = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)  # the method: half np.max's call cost
+        high = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)  # the method skips np.max's wrapper
         low = np.float32(min(0.0, float(x.min()))) if x.size else np.float32(0)
         scale = np.float32(1.0 if high == low else high - low) / np.float32(255)
         zero_point = np.rint(np.clip(np.float32(0) - low / scale, 0, 255))
@@ -197,14 +198,6 @@ class DynamicQuantizeLinear(Kernel):
         y += zero_point
         xp.clip(y, 0, 255, out=y)
         return y.astype(np.uint8), xp.asarray(scale.astype(x.dtype)), xp.asarray(np.uint8(zero_point))
-
-
-def _shifted(xp, values, zero_point):
-    """Integer values minus their zero point, as float64 (exact for 8/16-bit operands)."""
-    shifted = values.astype(np.float64)
-    if zero_point is not None:
-        shifted -= zero_point.astype(np.float64)
-    return shifted
 
 
 def _requantize(xp, accumulated, multiplier, zero_point, dtype):
@@ -226,7 +219,7 @@ class QLinearMatMul(Kernel):
         xp = self.xp
         a_zero_point = self._per_row(a_zero_point, a)
         a_scale = self._per_row(a_scale, a)
-        accumulated = xp.matmul(_shifted(xp, a, a_zero_point), _shifted(xp, b, b_zero_point))
+        accumulated = xp.matmul(shifted_float64(a, a_zero_point), shifted_float64(b, b_zero_point))
         # The multiplier in the scales' own type, as the spec's reference computes it.
         multiplier = (a_scale * b_scale / y_scale).astype(np.float64)
         dtype = y_zero_point.dtype if y_zero_point is not None else a.dtype
@@ -252,8 +245,8 @@ class ConvInteger(Kernel):
 
     def run(self, x, w, x_zero_point=None, w_zero_point=None):
         xp = self.xp
-        shifted_w = _shifted(xp, w, _per_output_channel(w_zero_point, w.ndim))
-        (accumulated,) = self.conv.run(_shifted(xp, x, x_zero_point), shifted_w)
+        shifted_w = shifted_float64(w, _per_output_channel(w_zero_point, w.ndim))
+        (accumulated,) = self.conv.run(shifted_float64(x, x_zero_point), shifted_w)
         return (xp.rint(accumulated).astype(np.int32),)
 
 
@@ -269,9 +262,9 @@ class QLinearConv(Kernel):
 
     def run(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, b=None):
         xp = self.xp
-        shifted_w = _shifted(xp, w, _per_output_channel(w_zero_point, w.ndim))
+        shifted_w = shifted_float64(w, _per_output_channel(w_zero_point, w.ndim))
         bias = None if b is None else b.astype(np.float64)
-        (accumulated,) = self.conv.run(_shifted(xp, x, x_zero_point), shifted_w, bias)
+        (accumulated,) = self.conv.run(shifted_float64(x, x_zero_point), shifted_w, bias)
         w_scale = _per_output_channel(w_scale, w.ndim)
         if w_scale.ndim:
             w_scale = w_scale.reshape(1, -1, *([1] * (w.ndim - 2)))  # (1, M, 1, ...) against NCHW

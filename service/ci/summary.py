@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.domain.op_names import short_names
+from service.domain.verdict_words import signed_pct
 from service.domain.vocabulary import NOT_FINDINGS, AlertKind
 
 CONCLUSIONS = {"ok": "success", "regression": "failure", "failed": "neutral", "running": "neutral"}
@@ -157,12 +158,12 @@ def _timings(diff: dict[str, Any], alerts: list[dict[str, Any]], pending: bool) 
         band = (f"{timing['p10']:.3f}–{timing['p90']:.3f}" if timing.get("p10") is not None
                 and timing.get("p90") is not None else "-")
         before = "-" if timing.get("before") is None else f"{timing['before']:.3f}"
-        after, change = f"{timing['after']:.3f}", _signed_pct(timing.get("change_pct"))
+        after, change = f"{timing['after']:.3f}", signed_pct(timing.get("change_pct"))
         if decided.get("basis") == "paired":
             # The two jobs' medians ran at other moments of a shared machine; what was decided on is
             # the two models timed alternately in one job, so that change is the one shown.
             paired, before, after = True, f"{before}*", f"{after}*"
-            change = f"{_signed_pct(decided.get('change_pct'))} (paired)"
+            change = f"{signed_pct(decided.get('change_pct'))} (paired)"
             verdict = f"{verdict}: {decided.get('statistic') or decided.get('word', '')}"
         rows.append(f"| {_cell(entry['model'])} | {entry['engine']} | {entry['level']} | {before} | "
                     f"{after} | {change} | {band} | {_cell(verdict)} |")
@@ -175,9 +176,6 @@ def _timings(diff: dict[str, Any], alerts: list[dict[str, Any]], pending: bool) 
             "| model | engine | level | baseline | this commit | change | noise band | verdict |",
             "|---|---|---|---|---|---|---|---|", *rows, "", *footnote]
 
-
-def _signed_pct(value: float | None) -> str:
-    return "" if value is None else f"{value:+.1f}%"
 
 
 def _title(verdict: str, lost: list, gained: list, timing_alerts: list, failed: list, jobs: int,

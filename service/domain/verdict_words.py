@@ -16,6 +16,13 @@ from service.domain.paired import IMPROVED, INCONCLUSIVE, REGRESSED, WITHIN_NOIS
 from service.domain.timing import TimingVerdict
 
 RE_MEASURING = "inconclusive (re-measuring)"
+
+
+def signed_pct(value: float | None) -> str:
+    """A change as plain text and tables show it ("+5.6%"); "" where there is none."""
+    return "" if value is None else f"{value:+.1f}%"
+
+
 INFORMATION = "slower at level disabled (information)"  # the export as written: no verdict fails on it
 WORDS = (REGRESSED, IMPROVED, WITHIN_NOISE, INCONCLUSIVE, RE_MEASURING, INFORMATION)
 

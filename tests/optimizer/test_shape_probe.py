@@ -86,7 +86,6 @@ def test_pinned_shapes_go_on_through_onnxruntime_ops_swapped_one_for_one_or_for_
     # onnx infers neither op: onnxruntime's LayerNormalization (opset 14) stands in as one Identity,
     # written over it; SkipLayerNormalization with its residual sum read as two, which rebuild the
     # copy's node list.
-    rng = np.random.default_rng(0)
     nodes = [helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], axis=-1)]
     last = "ln"
     if with_skip:
@@ -95,13 +94,7 @@ def test_pinned_shapes_go_on_through_onnxruntime_ops_swapped_one_for_one_or_for_
         nodes.append(helper.make_node("Add", ["skip", "sum"], ["both"]))
         last = "both"
     nodes.append(helper.make_node("Relu", [last], ["y"]))
-    graph = helper.make_graph(nodes, "ort_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), name) for name in "gb"])
-    model = load_model(helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(MS, 1)]))
-    y = next(v for node in model.graph for v in node.outputs if v.name == "y")
-    first, second = pinned_shapes(model.graph, y)
+    model, first, second = _pinned_block(nodes)
     for name in ["ln", "y"] + (["skip", "sum"] if with_skip else []):
         assert (first[name], second[name]) == ((2, 3, 8), (5, 7, 8)), name
     assert [node.op_type for node in model.graph] == [node.op_type for node in nodes]  # only the copy changed
@@ -111,14 +104,20 @@ def test_pinned_shapes_go_on_through_onnxruntime_ops_swapped_one_for_one_or_for_
 def test_every_same_shape_op_is_swapped_in_the_pinned_copy(domain, op_type):
     # the swap is looked up by op type first: a same-shape op missing from that lookup would stop
     # inference at it, and everything after it would have no pinned shape
+    _model, first, second = _pinned_block([helper.make_node(op_type, ["x", "g", "b"], ["out"], domain=domain),
+                                           helper.make_node("Relu", ["out"], ["y"])])
+    assert (first["y"], second["y"]) == ((2, 3, 8), (5, 7, 8))
+
+
+def _pinned_block(nodes):
+    """(model, first, second): `nodes` on x [b, s, 8] with 8-wide initializers g and b, up to output y,
+    loaded, and y's graph inferred at both probe sizes."""
     rng = np.random.default_rng(0)
-    nodes = [helper.make_node(op_type, ["x", "g", "b"], ["out"], domain=domain),
-             helper.make_node("Relu", ["out"], ["y"])]
-    graph = helper.make_graph(nodes, "same_shape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
+    graph = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), name) for name in "gb"])
     model = load_model(helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(MS, 1)]))
     y = next(v for node in model.graph for v in node.outputs if v.name == "y")
     first, second = pinned_shapes(model.graph, y)
-    assert (first["y"], second["y"]) == ((2, 3, 8), (5, 7, 8))
+    return model, first, second

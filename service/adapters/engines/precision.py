@@ -93,8 +93,8 @@ def _quantizes(node: ir.Node) -> str | None:
         return quantized("int8") if level is not None and level.value == INT8_ACTIVATION_ACCURACY else None
     if node.op_type not in QUANTIZING_OPS:
         return None
-    integers = [_name(v.dtype) for v in node.outputs[:1] if v.dtype is not None]
-    return quantized(integers[0] if integers else "uint8")
+    output = node.outputs[0] if node.outputs else None
+    return quantized(_name(output.dtype) if output is not None and output.dtype is not None else "")
 
 
 # Reductions each op stands for, by op type in any domain: a fused op counts what it fused (Attention:
